@@ -1,0 +1,44 @@
+# tickwork: `make help` lists the targets. `make test` runs exactly what CI runs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+.PHONY: help install run test lint unit bench e2e clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install tickwork (editable) with the dev tools
+
+run: $(STAMP) ## run tickwork dev on an embedded PostgreSQL with the examples and a demo worker
+	$(BIN)/tickwork dev --manifests examples/jobs --demo-worker
+
+lint: $(STAMP) ## ruff, mypy --strict and the import-linter layers
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy --strict src
+	$(BIN)/lint-imports
+
+unit: $(STAMP) ## the whole test suite (no lint)
+	$(BIN)/pytest
+
+test: lint unit ## lint and the whole suite: what CI runs
+
+bench: $(STAMP) ## throughput benchmarks (prints a table)
+	$(BIN)/python -m bench
+
+e2e: $(STAMP) ## end-to-end tests on a kind cluster (needs Docker)
+	e2e/run.sh
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,21 @@
+"""The ``tickwork`` command line: one sub-command per role, plus client commands."""
+
+from __future__ import annotations
+
+import click
+
+from tickwork import __version__
+from tickwork.cli import schedule
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tickwork")
+def cli() -> None:
+    """tickwork: cron, delayed and one-off jobs on sharded PostgreSQL."""
+
+
+cli.add_command(schedule.schedule)
+
+
+def main() -> None:
+    cli()

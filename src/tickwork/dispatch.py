@@ -1,0 +1,129 @@
+"""The worker path across shards: lease, heartbeat, complete, routed by run id.
+
+A lease request visits shards from a rotating start, one single-shard claim each, until
+it has ``max`` runs; heartbeats and completions are grouped by the shard their run ids
+encode, one transaction per shard touched (concurrently), with one result per item in
+request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tickwork import shards
+from tickwork.clock import Clock, DatabaseClock
+from tickwork.errors import NotFound, TickworkError
+from tickwork.store import leases
+from tickwork.store.database import Database
+from tickwork.store.leases import Beat, Completed, Completion, Extended, Lease, Outcome
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatItem:
+    run_id: str
+    fencing_token: int
+    extend_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteItem:
+    run_id: str
+    fencing_token: int
+    outcome: Outcome
+    error: dict[str, Any] | None = field(default=None)
+    retryable: bool = True
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        database: Database,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.database = database
+        self.clock = clock or DatabaseClock()
+        self.rng = rng
+        self._start = itertools.count()
+
+    async def lease(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+    ) -> list[Lease]:
+        """Claim up to ``limit`` runs of ``queues``, visiting shards round-robin."""
+        count = self.database.shard_count
+        first = next(self._start) % count
+        granted: list[Lease] = []
+        for offset in range(count):
+            shard = (first + offset) % count
+            async with self.database.connection(shard) as conn:
+                granted += await leases.claim(
+                    conn,
+                    shard,
+                    queues,
+                    limit - len(granted),
+                    worker_id,
+                    lease_seconds,
+                    self.clock.now(),
+                )
+            if len(granted) >= limit:
+                break
+        return granted
+
+    async def heartbeat(self, items: Sequence[HeartbeatItem]) -> list[Extended | TickworkError]:
+        async def per_shard(
+            shard: int, group: list[tuple[int, HeartbeatItem]]
+        ) -> list[Extended | TickworkError]:
+            beats = [Beat(local, i.fencing_token, i.extend_seconds) for local, i in group]
+            async with self.database.connection(shard) as conn:
+                return await leases.heartbeat(conn, shard, beats, self.clock.now())
+
+        return await self._route(items, per_shard)
+
+    async def complete(self, items: Sequence[CompleteItem]) -> list[Completed | TickworkError]:
+        async def per_shard(
+            shard: int, group: list[tuple[int, CompleteItem]]
+        ) -> list[Completed | TickworkError]:
+            completions = [
+                Completion(local, i.fencing_token, i.outcome, i.error, i.retryable)
+                for local, i in group
+            ]
+            async with self.database.connection(shard) as conn:
+                return await leases.complete(conn, shard, completions, self.clock.now(), self.rng)
+
+        return await self._route(items, per_shard)
+
+    async def _route(
+        self,
+        items: Sequence[T],
+        per_shard: Callable[[int, list[tuple[int, T]]], Awaitable[list[R | TickworkError]]],
+    ) -> list[R | TickworkError]:
+        results: list[R | TickworkError | None] = [None] * len(items)
+        groups: dict[int, list[tuple[int, int, T]]] = {}
+        for index, item in enumerate(items):
+            try:
+                run_id: str = item.run_id  # type: ignore[attr-defined]
+                shard, local = shards.parse_run_id(run_id, self.database.shard_count)
+            except NotFound as error:
+                results[index] = error
+                continue
+            groups.setdefault(shard, []).append((index, local, item))
+        answers = await asyncio.gather(
+            *(per_shard(shard, [(local, item) for _, local, item in group])
+              for shard, group in groups.items())
+        )
+        for group, answer in zip(groups.values(), answers, strict=True):
+            for (index, _, _), result in zip(group, answer, strict=True):
+                results[index] = result
+        return [r for r in results if r is not None]

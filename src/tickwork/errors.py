@@ -1,0 +1,101 @@
+"""One root error; one leaf per problem type of the public contract.
+
+Each leaf carries its problem ``slug`` and HTTP ``status`` so the API maps errors to
+``application/problem+json`` without a lookup table, and the CLI and the worker SDK
+can name the same problems.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+PROBLEM_BASE = "https://tickwork.dev/problems/"
+
+
+class TickworkError(Exception):
+    """Root of every error tickwork raises on purpose."""
+
+    slug: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+
+    @property
+    def type(self) -> str:
+        return PROBLEM_BASE + self.slug
+
+
+class InvalidSchedule(TickworkError):
+    slug = "invalid-schedule"
+    status = 400
+    title = "Invalid schedule"
+
+
+class InvalidRequest(TickworkError):
+    slug = "invalid-request"
+    status = 400
+    title = "Invalid request"
+
+
+class Unauthenticated(TickworkError):
+    slug = "unauthenticated"
+    status = 401
+    title = "Unauthenticated"
+
+
+class Forbidden(TickworkError):
+    slug = "forbidden"
+    status = 403
+    title = "Forbidden"
+
+
+class NotFound(TickworkError):
+    slug = "not-found"
+    status = 404
+    title = "Not found"
+
+
+class StaleLease(TickworkError):
+    """The fencing token is older than the run's current lease, or the lease is gone."""
+
+    slug = "stale-lease"
+    status = 409
+    title = "Stale lease"
+
+
+class ConcurrencyLimit(TickworkError):
+    slug = "concurrency-limit"
+    status = 409
+    title = "Concurrency limit reached"
+
+
+class InvalidState(TickworkError):
+    """A transition the run state machine does not allow (e.g. replaying a run that is not dead)."""
+
+    slug = "invalid-state"
+    status = 409
+    title = "Transition not allowed"
+
+
+class PayloadTooLarge(TickworkError):
+    slug = "payload-too-large"
+    status = 413
+    title = "Payload too large"
+
+
+class QuotaExceeded(TickworkError):
+    slug = "quota-exceeded"
+    status = 429
+    title = "Quota exceeded"
+
+
+class SchemaMismatch(TickworkError):
+    """A shard database is not at the schema version this release expects."""
+
+    slug = "schema-mismatch"
+    status = 503
+    title = "Shard schema mismatch"

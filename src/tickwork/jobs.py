@@ -1,0 +1,225 @@
+"""Jobs across shards: definitions, ad hoc runs, run history and cancellation.
+
+This is the core the API and the operator call: it routes every job to its shard,
+computes the next due time of a definition, and turns an enqueue request into a run.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import orjson
+
+from tickwork import shards
+from tickwork.clock import Clock, DatabaseClock
+from tickwork.errors import ConcurrencyLimit, InvalidRequest
+from tickwork.spec import JobSpec, Priority
+from tickwork.store import definitions, runs
+from tickwork.store.database import Connection, Database
+from tickwork.store.definitions import Definition
+from tickwork.store.runs import Attempt, JobRunSummary, NewRun, Origin, Run, State
+
+NOW_SQL = "SELECT coalesce($1::timestamptz, now())"
+
+
+async def database_now(conn: Connection, clock: Clock) -> datetime:
+    """The instant ``clock`` stands for, reading the database clock when it is real."""
+    now = await conn.fetchval(NOW_SQL, clock.now())
+    assert isinstance(now, datetime)
+    return now
+
+
+def next_due_after(spec: JobSpec, after: datetime) -> datetime | None:
+    """The first nominal fire time strictly after ``after`` (None for API-only jobs)."""
+    if spec.schedule is not None:
+        return spec.schedule.compile().next_after(after)
+    if spec.run_at is not None:
+        return spec.run_at
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    definition: Definition
+    summary: JobRunSummary
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """An ad hoc run: now, at ``run_at``, or after ``delay_seconds``."""
+
+    run_at: datetime | None = None
+    delay_seconds: float | None = None
+    payload: Any = None
+    payload_given: bool = False
+    priority: Priority | None = None
+    idempotency_key: str | None = None
+    if_not_running: bool = False
+
+
+class Jobs:
+    def __init__(self, database: Database, clock: Clock | None = None) -> None:
+        self.database = database
+        self.clock = clock or DatabaseClock()
+
+    def shard_of(self, tenant: str, name: str) -> int:
+        return self.database.shard_map.shard_of(tenant, name)
+
+    def locate_run(self, run_id: str) -> tuple[int, int]:
+        return shards.parse_run_id(run_id, self.database.shard_count)
+
+    async def put(
+        self, tenant: str, name: str, spec: JobSpec, actor: str
+    ) -> tuple[Definition, bool]:
+        """Create or replace a job. ``next_due_at`` is recomputed only when the schedule
+        (or runAt) changed, so an edit neither loses nor duplicates a run."""
+        shard = self.shard_of(tenant, name)
+        async with self.database.transaction(shard) as conn:
+            now = await database_now(conn, self.clock)
+            current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
+            if (
+                current is not None
+                and current.spec.schedule == spec.schedule
+                and current.spec.run_at == spec.run_at
+            ):
+                next_due = current.next_due_at
+            else:
+                next_due = next_due_after(spec, now)
+            return await definitions.upsert(
+                conn, shard, tenant, name, spec, next_due, actor, self.clock.now()
+            )
+
+    async def get(self, tenant: str, name: str) -> JobView:
+        shard = self.shard_of(tenant, name)
+        async with self.database.connection(shard) as conn:
+            definition = await definitions.get(conn, shard, tenant, name)
+            summary = await runs.summary_of_job(conn, shard, tenant, name)
+        return JobView(definition, summary)
+
+    async def list_jobs(
+        self, tenant: str, after: str | None, limit: int
+    ) -> tuple[list[Definition], str | None]:
+        """The tenant's jobs by name, merged across shards; returns ``(page, next)``."""
+        per_shard: list[list[Definition]] = []
+        for shard in range(self.database.shard_count):
+            async with self.database.connection(shard) as conn:
+                per_shard.append(
+                    await definitions.list_of_tenant(conn, shard, tenant, after, limit + 1)
+                )
+        merged = list(heapq.merge(*per_shard, key=lambda d: d.name))
+        page = merged[:limit]
+        more = len(merged) > limit
+        return page, (page[-1].name if more and page else None)
+
+    async def delete(self, tenant: str, name: str, actor: str) -> tuple[int, int]:
+        shard = self.shard_of(tenant, name)
+        async with self.database.connection(shard) as conn:
+            return await definitions.delete(conn, tenant, name, actor, self.clock.now())
+
+    async def set_paused(self, tenant: str, name: str, paused: bool, actor: str) -> Definition:
+        shard = self.shard_of(tenant, name)
+        async with self.database.connection(shard) as conn:
+            return await definitions.set_paused(
+                conn, shard, tenant, name, paused, actor, self.clock.now()
+            )
+
+    async def enqueue(
+        self, tenant: str, name: str, request: EnqueueRequest, actor: str
+    ) -> tuple[Run, bool]:
+        """Enqueue one run; with a known idempotency key return the first run instead."""
+        shard = self.shard_of(tenant, name)
+        async with self.database.transaction(shard) as conn:
+            definition = await definitions.lock(conn, shard, tenant, name, exclusive=False)
+            if definition is None:
+                await definitions.get(conn, shard, tenant, name)  # raises NotFound
+                raise AssertionError("unreachable")
+            if request.idempotency_key is not None:
+                existing = await conn.fetchrow(
+                    runs.RUN_BY_KEY, tenant, name, request.idempotency_key
+                )
+                if existing is not None:
+                    return Run.from_record(shard, existing), False
+            if request.if_not_running:
+                summary = await runs.summary_of_job(conn, shard, tenant, name)
+                limit = definition.spec.concurrency or 1
+                if summary.active >= limit:
+                    raise ConcurrencyLimit(
+                        f"job {name!r} has {summary.active} running run(s), its limit is {limit}",
+                        field="ifNotRunning",
+                    )
+            now = await database_now(conn, self.clock)
+            new = self._new_run(definition, request, now)
+            run, created = await runs.insert(conn, shard, new, self.clock.now())
+            if created:
+                await runs.audit(conn, tenant, name, run.id, "enqueue", actor, None,
+                                 self.clock.now())
+            return run, created
+
+    def _new_run(self, definition: Definition, request: EnqueueRequest, now: datetime) -> NewRun:
+        spec = definition.spec
+        if request.run_at is not None and request.delay_seconds is not None:
+            raise InvalidRequest("give at most one of runAt and delaySeconds", field="runAt")
+        ready_at = now
+        if request.run_at is not None:
+            ready_at = max(request.run_at, now)
+        elif request.delay_seconds is not None:
+            ready_at = now + timedelta(seconds=request.delay_seconds)
+        payload = request.payload if request.payload_given else spec.payload
+        priority = request.priority or spec.priority
+        return NewRun(
+            tenant=definition.tenant,
+            job=definition.name,
+            queue=spec.queue,
+            priority=priority.rank,
+            origin=Origin.api,
+            max_attempts=spec.retry.max_attempts,
+            retry_base=spec.retry.base_seconds,
+            retry_max=spec.retry.max_seconds,
+            timeout_seconds=spec.timeout_seconds,
+            due_at=ready_at,
+            ready_at=ready_at,
+            idempotency_key=request.idempotency_key,
+            payload_json=None if payload is None else orjson.dumps(payload).decode(),
+        )
+
+    async def run(self, run_id: str) -> tuple[Run, list[Attempt]]:
+        shard, local = self.locate_run(run_id)
+        async with self.database.connection(shard) as conn:
+            run = await runs.get(conn, shard, local)
+            return run, await runs.attempts(conn, run)
+
+    async def runs_of_job(
+        self,
+        tenant: str,
+        name: str,
+        state: State | None,
+        before: str | None,
+        limit: int,
+    ) -> tuple[list[Run], str | None]:
+        shard = self.shard_of(tenant, name)
+        before_id = None
+        if before is not None:
+            cursor_shard, before_id = self.locate_run(before)
+            if cursor_shard != shard:
+                raise InvalidRequest("cursor does not belong to this job", field="cursor")
+        async with self.database.connection(shard) as conn:
+            found = await runs.list_of_job(
+                conn, shard, tenant, name, state=state, before_id=before_id, limit=limit + 1
+            )
+        page = found[:limit]
+        return page, (page[-1].run_id if len(found) > limit else None)
+
+    async def cancel(self, run_id: str, actor: str) -> Run:
+        shard, local = self.locate_run(run_id)
+        async with self.database.connection(shard) as conn:
+            return await runs.cancel(conn, shard, local, actor, self.clock.now())
+
+    async def enqueue_many(
+        self, tenant: str, name: str, requests: Sequence[EnqueueRequest], actor: str
+    ) -> list[tuple[Run, bool]]:
+        return [await self.enqueue(tenant, name, r, actor) for r in requests]

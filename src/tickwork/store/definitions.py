@@ -1,0 +1,156 @@
+"""Job definitions: upsert, get, list, delete, pause and resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+import orjson
+
+from tickwork.errors import NotFound
+from tickwork.spec import JobSpec
+from tickwork.store import queries, runs
+from tickwork.store.database import Connection
+
+DEFINITION: Final = queries.get("definition")
+DEFINITION_FOR_UPDATE: Final = queries.get("definition_for_update")
+DEFINITION_FOR_SHARE: Final = queries.get("definition_for_share")
+UPSERT_DEFINITION: Final = queries.get("upsert_definition")
+DELETE_DEFINITION: Final = queries.get("delete_definition")
+SET_PAUSED: Final = queries.get("set_paused")
+DEFINITIONS_OF_TENANT: Final = queries.get("definitions_of_tenant")
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    shard: int
+    tenant: str
+    name: str
+    spec: JobSpec
+    paused: bool
+    next_due_at: datetime | None
+    missed_dropped: int
+    generation: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_record(cls, shard: int, row: asyncpg.Record) -> Definition:
+        return cls(
+            shard=shard,
+            tenant=row["tenant"],
+            name=row["name"],
+            spec=JobSpec.model_validate(orjson.loads(row["spec"])),
+            paused=row["paused"],
+            next_due_at=row["next_due_at"],
+            missed_dropped=row["missed_dropped"],
+            generation=row["generation"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+def _not_found(tenant: str, name: str) -> NotFound:
+    return NotFound(f"no job {name!r} in tenant {tenant!r}", field="name")
+
+
+async def get(conn: Connection, shard: int, tenant: str, name: str) -> Definition:
+    row = await conn.fetchrow(DEFINITION, tenant, name)
+    if row is None:
+        raise _not_found(tenant, name)
+    return Definition.from_record(shard, row)
+
+
+async def lock(
+    conn: Connection, shard: int, tenant: str, name: str, *, exclusive: bool
+) -> Definition | None:
+    """Read and lock a definition inside the caller's transaction (None if absent)."""
+    row = await conn.fetchrow(
+        DEFINITION_FOR_UPDATE if exclusive else DEFINITION_FOR_SHARE, tenant, name
+    )
+    return None if row is None else Definition.from_record(shard, row)
+
+
+async def upsert(
+    conn: Connection,
+    shard: int,
+    tenant: str,
+    name: str,
+    spec: JobSpec,
+    next_due_at: datetime | None,
+    actor: str,
+    now: datetime | None = None,
+) -> tuple[Definition, bool]:
+    """Create or replace a definition; returns ``(definition, created)``.
+
+    The caller computes ``next_due_at`` (it knows whether the schedule changed).
+    """
+    document = spec.to_document()
+    row = await conn.fetchrow(
+        UPSERT_DEFINITION,
+        tenant,
+        name,
+        orjson.dumps(document).decode(),
+        spec.queue,
+        spec.priority.rank,
+        spec.paused,
+        next_due_at,
+        now,
+    )
+    assert row is not None
+    created: bool = row["inserted"]
+    await runs.audit(
+        conn, tenant, name, None, "create" if created else "update", actor,
+        {"generation": row["generation"]}, now,
+    )
+    return Definition.from_record(shard, row), created
+
+
+async def delete(
+    conn: Connection, tenant: str, name: str, actor: str, now: datetime | None = None
+) -> tuple[int, int]:
+    """Delete a definition, cancel its pending runs and keep their history.
+
+    Returns ``(cancelled, cancel_requested)``; ``NotFound`` if there is no such job.
+    """
+    async with conn.transaction():
+        if await conn.fetchrow(DELETE_DEFINITION, tenant, name) is None:
+            raise _not_found(tenant, name)
+        cancelled, requested = await runs.cancel_all_of_job(conn, tenant, name, now)
+        await runs.audit(
+            conn, tenant, name, None, "delete", actor,
+            {"cancelled": cancelled, "cancelRequested": requested}, now,
+        )
+    return cancelled, requested
+
+
+async def set_paused(
+    conn: Connection,
+    shard: int,
+    tenant: str,
+    name: str,
+    paused: bool,
+    actor: str,
+    now: datetime | None = None,
+) -> Definition:
+    """Pause or resume (idempotent). A paused job materialises no new runs."""
+    async with conn.transaction():
+        row = await conn.fetchrow(SET_PAUSED, tenant, name, paused, now)
+        if row is None:
+            raise _not_found(tenant, name)
+        await runs.audit(conn, tenant, name, None, "pause" if paused else "resume", actor,
+                         None, now)
+    return Definition.from_record(shard, row)
+
+
+async def list_of_tenant(
+    conn: Connection, shard: int, tenant: str, after: str | None, limit: int
+) -> list[Definition]:
+    rows = await conn.fetch(DEFINITIONS_OF_TENANT, tenant, after, limit)
+    return [Definition.from_record(shard, row) for row in rows]
+
+
+def spec_document(definition: Definition) -> dict[str, Any]:
+    return definition.spec.to_document()

@@ -1,0 +1,70 @@
+"""The dead-letter queue: list dead runs, replay them, discard them (with the actor)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+import asyncpg
+
+from tickwork import shards
+from tickwork.errors import InvalidState, NotFound
+from tickwork.store import queries, runs
+from tickwork.store.database import Connection
+from tickwork.store.runs import Run, State
+
+DEAD_RUNS: Final = queries.get("dead_runs")
+REPLAY_DEAD: Final = queries.get("replay_dead")
+DISCARD_DEAD: Final = queries.get("discard_dead")
+LOCK_RUN: Final = queries.get("lock_run")
+
+
+async def list_dead(
+    conn: Connection,
+    shard: int,
+    tenant: str,
+    job: str | None,
+    before: tuple[datetime, int] | None,
+    limit: int,
+) -> list[Run]:
+    """Dead runs of ``tenant`` (optionally one job), newest death first."""
+    finished_at, run_id = before if before is not None else (None, None)
+    rows = await conn.fetch(DEAD_RUNS, tenant, job, finished_at, run_id, limit)
+    return [Run.from_record(shard, row) for row in rows]
+
+
+async def replay(
+    conn: Connection, shard: int, run_id: int, actor: str, now: datetime | None = None
+) -> Run:
+    """dead → ready with a fresh attempt budget."""
+    async with conn.transaction():
+        row = await conn.fetchrow(REPLAY_DEAD, run_id, now)
+        if row is None:
+            raise await _refusal(conn, shard, run_id, "replay")
+        await runs.audit(conn, row["tenant"], row["job"], run_id, "replay", actor, None, now)
+        await runs.notify_ready(conn, [row["queue"]])
+    return Run.from_record(shard, row)
+
+
+async def discard(
+    conn: Connection, shard: int, run_id: int, actor: str, now: datetime | None = None
+) -> Run:
+    """dead → discarded (terminal)."""
+    async with conn.transaction():
+        row = await conn.fetchrow(DISCARD_DEAD, run_id, now)
+        if row is None:
+            raise await _refusal(conn, shard, run_id, "discard")
+        await runs.audit(conn, row["tenant"], row["job"], run_id, "discard", actor, None, now)
+    return Run.from_record(shard, row)
+
+
+async def _refusal(
+    conn: Connection, shard: int, run_id: int, verb: str
+) -> NotFound | InvalidState:
+    public = shards.format_run_id(shard, run_id)
+    row = await conn.fetchrow(LOCK_RUN, run_id)
+    if row is None:
+        return NotFound(f"no run {public!r}", field="runId")
+    return InvalidState(
+        f"cannot {verb} run {public}: it is {row['state']}, only {State.dead.value} runs can be"
+    )

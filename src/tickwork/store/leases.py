@@ -1,0 +1,357 @@
+"""Leases: claim, heartbeat, complete, and the scheduler's reaper and due flip.
+
+Each function is one single-shard transaction. A fencing token is drawn from the shard's
+sequence at every lease grant; heartbeat and completion must carry the run's current
+token, and anything else is a ``StaleLease`` that changes nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+import orjson
+
+from tickwork import backoff, shards
+from tickwork.errors import NotFound, StaleLease, TickworkError
+from tickwork.store import queries
+from tickwork.store.database import Connection
+from tickwork.store.runs import State, notify_ready
+
+CLAIM: Final = queries.get("claim")
+HEARTBEAT: Final = queries.get("heartbeat")
+COMPLETE_SUCCEEDED: Final = queries.get("complete_succeeded")
+LOCK_LEASED: Final = queries.get("lock_leased")
+LOCK_EXPIRED: Final = queries.get("lock_expired")
+RECORD_FAILURES: Final = queries.get("record_failures")
+COMPLETION_OF: Final = queries.get("completion_of")
+RUN_STATE: Final = "SELECT state, fencing_token FROM runs WHERE id = $1"
+PROMOTE_DUE: Final = queries.get("promote_due")
+SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
+
+MAX_BATCH: Final = 100
+MAX_EXTENSION_SECONDS: Final = 6 * 3600
+LEASE_EXPIRED_ERROR: Final = {"message": "lease expired", "reason": "lease-expired"}
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A run handed to one worker until ``lease_expires_at``."""
+
+    shard: int
+    id: int
+    tenant: str
+    job: str
+    queue: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    idempotency_key: str | None
+    fencing_token: int
+    due_at: datetime
+    ready_at: datetime
+    leased_at: datetime
+    lease_expires_at: datetime
+    deadline: datetime
+    # Passed through as the JSON text the database holds: the worker path never parses it.
+    payload_json: str | None
+
+    @property
+    def run_id(self) -> str:
+        return shards.format_run_id(self.shard, self.id)
+
+    @property
+    def effective_idempotency_key(self) -> str:
+        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
+
+
+class Outcome(str, enum.Enum):
+    succeeded = "succeeded"
+    failed = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    id: int
+    fencing_token: int
+    outcome: Outcome
+    error: dict[str, Any] | None = None
+    retryable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The answer to a completion: the state it produced and when a retry may start."""
+
+    id: int
+    state: State
+    next_attempt_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    id: int
+    fencing_token: int
+    extend_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Extended:
+    id: int
+    lease_expires_at: datetime
+    cancel_requested: bool
+
+
+async def claim(
+    conn: Connection,
+    shard: int,
+    queues: Sequence[str],
+    limit: int,
+    worker_id: str,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> list[Lease]:
+    """Lease up to ``limit`` ready runs of ``queues``: priority first, then oldest ready."""
+    if not 1 <= limit <= MAX_BATCH:
+        raise ValueError(f"limit must be 1..{MAX_BATCH}")
+    rows = await conn.fetch(CLAIM, list(queues), limit, worker_id, now, lease_seconds)
+    return [
+        Lease(
+            shard,
+            row["id"],
+            row["tenant"],
+            row["job"],
+            row["queue"],
+            row["priority"],
+            row["attempt"],
+            row["max_attempts"],
+            row["idempotency_key"],
+            row["fencing_token"],
+            row["due_at"],
+            row["ready_at"],
+            row["leased_at"],
+            row["lease_expires_at"],
+            row["deadline"],
+            row["payload"],
+        )
+        for row in rows
+    ]
+
+
+async def heartbeat(
+    conn: Connection,
+    shard: int,
+    beats: Sequence[Beat],
+    now: datetime | None = None,
+) -> list[Extended | TickworkError]:
+    """Extend leases; one result per beat, in order (``StaleLease``/``NotFound`` items)."""
+    found: dict[tuple[int, int], Extended] = {}
+    # One statement per distinct extension (workers use one value, so usually one).
+    by_extension: dict[float, list[Beat]] = {}
+    for beat in beats:
+        seconds = min(max(beat.extend_seconds, 1.0), MAX_EXTENSION_SECONDS)
+        by_extension.setdefault(seconds, []).append(beat)
+    async with conn.transaction():
+        for seconds, group in by_extension.items():
+            rows = await conn.fetch(
+                HEARTBEAT,
+                [b.id for b in group],
+                [b.fencing_token for b in group],
+                seconds,
+                now,
+            )
+            for row in rows:
+                found[(row["id"], row["fencing_token"])] = Extended(
+                    row["id"], row["lease_expires_at"], row["cancel_requested"]
+                )
+        results: list[Extended | TickworkError] = []
+        for beat in beats:
+            hit = found.get((beat.id, beat.fencing_token))
+            results.append(hit if hit is not None else await _refusal(conn, shard, beat.id))
+    return results
+
+
+async def complete(
+    conn: Connection,
+    shard: int,
+    completions: Sequence[Completion],
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> list[Completed | TickworkError]:
+    """Record outcomes; one result per completion, in order.
+
+    Succeeded runs end in one statement. Failed runs go to ``retry_wait`` with a
+    full-jitter backoff, or to ``dead`` when attempts are spent or the error is not
+    retryable. A run whose cancel was requested ends ``cancelled``. Repeating a
+    completion with the same token answers what the first one did.
+    """
+    found: dict[tuple[int, int], Completed] = {}
+    succeeded = [c for c in completions if c.outcome is Outcome.succeeded]
+    failed = [c for c in completions if c.outcome is Outcome.failed]
+    async with conn.transaction():
+        if succeeded:
+            rows = await conn.fetch(
+                COMPLETE_SUCCEEDED,
+                [c.id for c in succeeded],
+                [c.fencing_token for c in succeeded],
+                now,
+            )
+            _collect(found, rows)
+        if failed:
+            locked = await conn.fetch(
+                LOCK_LEASED, [c.id for c in failed], [c.fencing_token for c in failed]
+            )
+            by_key = {(c.id, c.fencing_token): c for c in failed}
+            decisions = [
+                _decide(row, by_key[(row["id"], row["fencing_token"])], rng)
+                for row in locked
+                if (row["id"], row["fencing_token"]) in by_key
+            ]
+            if decisions:
+                _collect(found, await _record_failures(conn, decisions, now))
+        results: list[Completed | TickworkError] = []
+        for c in completions:
+            hit = found.get((c.id, c.fencing_token))
+            if hit is None:
+                hit = await _earlier_completion(conn, c.id, c.fencing_token)
+            results.append(hit if hit is not None else await _refusal(conn, shard, c.id))
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    id: int
+    state: State
+    delay_seconds: float
+    error: dict[str, Any] | None
+    outcome: str
+
+
+def _decide(row: asyncpg.Record, completion: Completion, rng: random.Random | None) -> _Decision:
+    error = dict(completion.error or {"message": "failed"})
+    error["retryable"] = completion.retryable
+    error["attempt"] = row["attempt"]
+    return _decision_for(row, error, completion.retryable, "failed", rng)
+
+
+def _decision_for(
+    row: asyncpg.Record,
+    error: dict[str, Any],
+    retryable: bool,
+    outcome: str,
+    rng: random.Random | None,
+) -> _Decision:
+    if row["cancel_requested"]:
+        return _Decision(row["id"], State.cancelled, 0.0, error, outcome)
+    attempt: int = row["attempt"]
+    if retryable and attempt < row["max_attempts"]:
+        delay = backoff.delay(attempt, row["retry_base"], row["retry_max"], rng)
+        return _Decision(row["id"], State.retry_wait, delay.total_seconds(), error, outcome)
+    return _Decision(row["id"], State.dead, 0.0, error, outcome)
+
+
+async def _record_failures(
+    conn: Connection, decisions: Sequence[_Decision], now: datetime | None
+) -> list[asyncpg.Record]:
+    rows: list[asyncpg.Record] = await conn.fetch(
+        RECORD_FAILURES,
+        [d.id for d in decisions],
+        [d.state.value for d in decisions],
+        [d.delay_seconds for d in decisions],
+        [None if d.error is None else orjson.dumps(d.error).decode() for d in decisions],
+        [d.outcome for d in decisions],
+        now,
+    )
+    return rows
+
+
+def _collect(found: dict[tuple[int, int], Completed], rows: Sequence[asyncpg.Record]) -> None:
+    for row in rows:
+        found[(row["run_id"], row["fencing_token"])] = Completed(
+            row["run_id"], State(row["result_state"]), row["next_attempt_at"]
+        )
+
+
+async def _earlier_completion(
+    conn: Connection, run_id: int, fencing_token: int
+) -> Completed | None:
+    row = await conn.fetchrow(COMPLETION_OF, run_id, fencing_token)
+    if row is None:
+        return None
+    return Completed(run_id, State(row["result_state"]), row["next_attempt_at"])
+
+
+async def _refusal(conn: Connection, shard: int, run_id: int) -> TickworkError:
+    public = shards.format_run_id(shard, run_id)
+    row = await conn.fetchrow(RUN_STATE, run_id)
+    if row is None:
+        return NotFound(f"no run {public!r}", field="runId")
+    if row["state"] == State.leased.value:
+        return StaleLease(
+            f"run {public} is leased with a newer fencing token", field="fencingToken"
+        )
+    return StaleLease(f"run {public} is {row['state']}: the lease is gone", field="fencingToken")
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    retried: int
+    dead: int
+    cancelled: int
+
+    @property
+    def total(self) -> int:
+        return self.retried + self.dead + self.cancelled
+
+
+async def reap(
+    conn: Connection,
+    limit: int = 1000,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> Reaped:
+    """Take back expired leases: each counts as a failed attempt (``lease-expired``)."""
+    async with conn.transaction():
+        rows = await conn.fetch(LOCK_EXPIRED, now, limit)
+        if not rows:
+            return Reaped(0, 0, 0)
+        decisions = [
+            _decision_for(row, dict(LEASE_EXPIRED_ERROR, attempt=row["attempt"]), True,
+                          "lease-expired", rng)
+            for row in rows
+        ]
+        await _record_failures(conn, decisions, now)
+    states = [d.state for d in decisions]
+    return Reaped(
+        retried=states.count(State.retry_wait),
+        dead=states.count(State.dead),
+        cancelled=states.count(State.cancelled),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Promoted:
+    ready: int
+    skipped: int
+
+
+async def promote_due(
+    conn: Connection, limit: int = 5000, now: datetime | None = None
+) -> Promoted:
+    """Flip due ``scheduled``/``retry_wait`` runs to ``ready`` and wake their workers.
+
+    First attempts past their starting deadline end ``skipped`` instead, and so do
+    ready first attempts that nobody leased in time.
+    """
+    async with conn.transaction():
+        rows = await conn.fetch(PROMOTE_DUE, limit, now)
+        late = await conn.fetch(SKIP_PAST_DEADLINE, limit, now)
+        ready_queues = [row["queue"] for row in rows if row["state"] == State.ready.value]
+        await notify_ready(conn, ready_queues)
+    skipped = len(rows) - len(ready_queues) + len(late)
+    return Promoted(ready=len(ready_queues), skipped=skipped)

@@ -1,0 +1,154 @@
+"""Versioned migrations, applied per shard.
+
+Migrations are ``migrations/NNNN_name.sql`` files, applied in order inside one
+transaction per shard while holding an advisory lock, so two ``tickwork migrate`` runs
+(or two pods starting) never apply the same step twice. ``schema_version`` records what
+each shard has; ``shard_meta`` records which shard a schema is, so a DSN list given in
+the wrong order is refused instead of silently mixing shards.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Final
+
+import asyncpg
+
+from tickwork.errors import SchemaMismatch
+from tickwork.shards import Shard
+from tickwork.store import database, queries
+from tickwork.store.database import Connection
+
+logger = logging.getLogger(__name__)
+
+_FILE: Final = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_IDENTIFIER: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# Any constant works; it only has to be the same in every tickwork process.
+_ADVISORY_LOCK: Final = 0x7469636B776F726B  # "tickwork"
+
+CREATE_VERSION_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)"""
+
+SHARD_IDENTITY = queries.get("shard_identity")
+CLAIM_SHARD_IDENTITY = queries.get("claim_shard_identity")
+APPLIED_VERSIONS = queries.get("applied_versions")
+RECORD_VERSION = queries.get("record_version")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+@cache
+def migrations() -> tuple[Migration, ...]:
+    found: list[Migration] = []
+    folder = resources.files("tickwork.store").joinpath("migrations")
+    for entry in folder.iterdir():
+        match = _FILE.match(entry.name)
+        if match is None:
+            continue
+        found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migration versions must be 1..N without gaps, found {versions}")
+    return tuple(found)
+
+
+def latest_version() -> int:
+    return migrations()[-1].version
+
+
+def _quoted_schema(schema: str) -> str:
+    # Identifiers cannot be bound as parameters; the schema name comes from
+    # shards.schema_name() and is checked here before it is quoted into DDL.
+    if not _IDENTIFIER.match(schema):
+        raise ValueError(f"invalid schema name {schema!r}")
+    return f'"{schema}"'
+
+
+async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> list[int]:
+    """Bring one shard to the latest schema; return the versions applied now."""
+    schema = _quoted_schema(shard.schema)
+    applied_now: list[int] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _ADVISORY_LOCK)
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        await conn.execute(f"SET LOCAL search_path TO {schema}")
+        await conn.execute(CREATE_VERSION_TABLE)
+        applied = {row["version"] for row in await conn.fetch(APPLIED_VERSIONS)}
+        for migration in migrations():
+            if migration.version in applied:
+                continue
+            logger.info(
+                "applying migration",
+                extra={
+                    "action": "migrate",
+                    "shard": shard.number,
+                    "version": migration.version,
+                    "migration": migration.name,
+                },
+            )
+            await conn.execute(migration.sql)
+            await conn.execute(RECORD_VERSION, migration.version, migration.name)
+            applied_now.append(migration.version)
+        await conn.execute(CLAIM_SHARD_IDENTITY, shard.number, shard_count)
+        await _check_identity(conn, shard, shard_count)
+    return applied_now
+
+
+async def _check_identity(conn: Connection, shard: Shard, shard_count: int) -> None:
+    row = await conn.fetchrow(SHARD_IDENTITY)
+    if row is None or (row["shard"], row["shard_count"]) != (shard.number, shard_count):
+        found = "nothing" if row is None else f"shard {row['shard']} of {row['shard_count']}"
+        raise SchemaMismatch(
+            f"schema {shard.schema} at {_redacted(shard.dsn)} should hold shard "
+            f"{shard.number} of {shard_count} but holds {found}"
+        )
+
+
+async def check_shard(conn: Connection, shard: Shard, shard_count: int) -> None:
+    """Raise ``SchemaMismatch`` unless the shard is migrated and is the shard expected.
+
+    ``conn`` must have the shard's schema on its search path (``database.connect``).
+    """
+    try:
+        versions = [row["version"] for row in await conn.fetch(APPLIED_VERSIONS)]
+    except asyncpg.UndefinedTableError:
+        versions = []
+    latest = latest_version()
+    if not versions or versions[-1] != latest:
+        have = versions[-1] if versions else 0
+        raise SchemaMismatch(
+            f"shard {shard.number} is at schema version {have}, this release needs "
+            f"{latest}: run `tickwork migrate`"
+        )
+    await _check_identity(conn, shard, shard_count)
+
+
+async def migrate_all(shards: tuple[Shard, ...]) -> dict[int, list[int]]:
+    """Migrate every shard in turn; return the versions applied per shard."""
+    result: dict[int, list[int]] = {}
+    for shard in shards:
+        conn = await database.connect(shard)
+        try:
+            result[shard.number] = await migrate_shard(conn, shard, len(shards))
+        finally:
+            await conn.close()
+    return result
+
+
+def _redacted(dsn: str) -> str:
+    """A DSN without its password, for messages."""
+    return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", dsn)

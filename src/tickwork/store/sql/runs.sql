@@ -1,0 +1,99 @@
+-- Runs: enqueue, read, list, cancel.
+
+-- name: insert_run
+-- A run whose ready time has come is inserted `ready`, otherwise `scheduled`. A second
+-- insert with the same idempotency key inserts nothing (the caller then reads the first).
+WITH clock AS (
+    SELECT coalesce($15::timestamptz, now()) AS now
+)
+INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
+                  retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+                  idempotency_key, payload, created_at, updated_at)
+SELECT $1, $2, $3, $4,
+       CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
+       $5, $6, $7, $8, $9,
+       coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
+       clock.now, clock.now
+FROM clock
+ON CONFLICT (tenant, job, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *
+
+-- name: run_by_key
+SELECT * FROM runs WHERE tenant = $1 AND job = $2 AND idempotency_key = $3
+
+-- name: run_by_id
+SELECT * FROM runs WHERE id = $1
+
+-- name: runs_of_job
+-- Newest first; $3 is the cursor (the last id seen), $4 an optional state filter.
+SELECT *
+FROM runs
+WHERE tenant = $1 AND job = $2
+  AND ($3::bigint IS NULL OR id < $3)
+  AND ($4::text IS NULL OR state = $4)
+ORDER BY id DESC
+LIMIT $5
+
+-- name: attempts_of_run
+SELECT attempt, fencing_token, worker_id, leased_at, finished_at, outcome, error
+FROM attempts
+WHERE run_id = $1
+ORDER BY attempt, finished_at
+
+-- name: lock_run
+SELECT * FROM runs WHERE id = $1 FOR UPDATE
+
+-- name: cancel_pending
+-- Runs not yet leased end as cancelled.
+UPDATE runs
+SET state = 'cancelled',
+    finished_at = coalesce($2::timestamptz, now()),
+    updated_at = coalesce($2::timestamptz, now())
+WHERE id = $1 AND state IN ('scheduled', 'ready', 'retry_wait')
+RETURNING *
+
+-- name: request_cancel
+-- A leased run finishes its lease: its next heartbeat answers cancelRequested.
+UPDATE runs
+SET cancel_requested = true, updated_at = coalesce($2::timestamptz, now())
+WHERE id = $1 AND state = 'leased'
+RETURNING *
+
+-- name: cancel_runs_of_job
+-- Deleting a job: pending runs end as cancelled, leased runs are asked to stop.
+WITH clock AS (
+    SELECT coalesce($3::timestamptz, now()) AS now
+)
+UPDATE runs AS r
+SET state = CASE WHEN r.state = 'leased' THEN r.state ELSE 'cancelled' END,
+    cancel_requested = r.state = 'leased',
+    finished_at = CASE WHEN r.state = 'leased' THEN r.finished_at ELSE clock.now END,
+    updated_at = clock.now
+FROM clock
+WHERE r.tenant = $1 AND r.job = $2
+  AND r.state IN ('scheduled', 'ready', 'retry_wait', 'leased')
+RETURNING r.id, r.state
+
+-- name: job_run_counts
+SELECT count(*) FILTER (WHERE state = 'leased') AS active,
+       count(*) FILTER (WHERE state = 'dead') AS dead
+FROM runs
+WHERE tenant = $1 AND job = $2 AND state IN ('leased', 'dead')
+
+-- name: last_finished_run
+SELECT *
+FROM runs
+WHERE tenant = $1 AND job = $2 AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, id DESC
+LIMIT 1
+
+-- name: record_audit
+INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
+VALUES (coalesce($7::timestamptz, now()), $1, $2, $3, $4, $5, $6::jsonb)
+
+-- name: audit_of_job
+SELECT at, run_id, action, actor, detail
+FROM audit_log
+WHERE tenant = $1 AND job = $2
+ORDER BY id DESC
+LIMIT $3

@@ -1,0 +1,97 @@
+"""Test fixtures: a real PostgreSQL per test session, a migrated template database,
+and a fresh clone of it per test.
+
+Without ``TICKWORK_TEST_DATABASE_URL`` the pgserver wheel starts a private server in a
+temporary directory; with it, tests use that server (they create and drop databases).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from tickwork.clock import FrozenClock
+from tickwork.shards import ShardMap
+from tickwork.store import migrate
+from tickwork.store.database import Database
+
+TEST_SHARDS = 4
+TEMPLATE = "tickwork_template"
+_names = itertools.count()
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` pointing at database ``name`` (keeps host, socket and credentials)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    external = os.environ.get("TICKWORK_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    import pgserver
+
+    folder = tempfile.mkdtemp(prefix="tickwork-test-pg-")
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def template_url(server_url: str) -> str:
+    """A database with every test shard migrated, cloned by each test."""
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
+        await admin.execute(f'CREATE DATABASE "{TEMPLATE}"')
+    finally:
+        await admin.close()
+    url = with_database(server_url, TEMPLATE)
+    await migrate.migrate_all(ShardMap.from_dsns([url], TEST_SHARDS).shards)
+    return url
+
+
+@pytest.fixture
+async def database_url(server_url: str, template_url: str) -> AsyncIterator[str]:
+    name = f"tickwork_test_{os.getpid()}_{next(_names)}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    finally:
+        await admin.close()
+    yield with_database(server_url, name)
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def shard_map(database_url: str) -> ShardMap:
+    return ShardMap.from_dsns([database_url], TEST_SHARDS)
+
+
+@pytest.fixture
+async def database(shard_map: ShardMap) -> AsyncIterator[Database]:
+    async with Database(shard_map) as db:
+        yield db
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(datetime(2026, 3, 15, 1, 0, tzinfo=UTC))
