@@ -17,7 +17,8 @@ from tickwork import hashing
 from tickwork.errors import NotFound
 
 DEFAULT_SHARD_COUNT: Final = 16
-_RUN_ID: Final = re.compile(r"^r(\d{1,5})-(\d{1,19})$")
+# Canonical ids only (ASCII digits, no leading zeros): one run, one public id.
+_RUN_ID: Final = re.compile(r"r(0|[1-9][0-9]{0,4})-(0|[1-9][0-9]{0,18})")
 
 
 def schema_name(shard: int) -> str:
@@ -77,7 +78,7 @@ def format_run_id(shard: int, local_id: int) -> str:
 
 def parse_run_id(run_id: str, shard_count: int) -> tuple[int, int]:
     """``(shard, local id)`` of a public run id; ``NotFound`` for anything malformed."""
-    match = _RUN_ID.match(run_id)
+    match = _RUN_ID.fullmatch(run_id)
     if match is None:
         raise NotFound(f"no run {run_id!r}", field="runId")
     shard, local_id = int(match.group(1)), int(match.group(2))
