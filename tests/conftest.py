@@ -12,16 +12,26 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
+from tickwork.api.app import create_app
+from tickwork.api.auth import Role, StaticTokens, TokenEntry
+from tickwork.api.server import HttpServer
+from tickwork.api.services import Services
 from tickwork.clock import FrozenClock
+from tickwork.dispatch import Dispatcher
+from tickwork.jobs import Jobs
+from tickwork.metrics import Metrics
+from tickwork.scheduler import Scheduler
 from tickwork.shards import ShardMap
 from tickwork.store import migrate
 from tickwork.store.database import Database
+from tickwork.store.wakeup import ReadySignal
 
 TEST_SHARDS = 4
 TEMPLATE = "tickwork_template"
@@ -95,3 +105,75 @@ async def database(shard_map: ShardMap) -> AsyncIterator[Database]:
 @pytest.fixture
 def clock() -> FrozenClock:
     return FrozenClock(datetime(2026, 3, 15, 1, 0, tzinfo=UTC))
+
+
+ADMIN_TOKEN = "admin-token-0123456789"
+TEAM_TOKEN = "team-acme-token-0123456789"
+OTHER_TEAM_TOKEN = "team-globex-token-0123456789"
+WORKER_TOKEN = "worker-acme-token-0123456789"
+OTHER_WORKER_TOKEN = "worker-globex-token-0123456789"
+
+
+def test_tokens() -> StaticTokens:
+    return StaticTokens(
+        [
+            TokenEntry(token=ADMIN_TOKEN, tenant="ops", role=Role.admin, name="ops-admin"),
+            TokenEntry(token=TEAM_TOKEN, tenant="acme", role=Role.team, name="acme-team"),
+            TokenEntry(token=OTHER_TEAM_TOKEN, tenant="globex", role=Role.team),
+            TokenEntry(
+                token=WORKER_TOKEN,
+                tenant="acme",
+                role=Role.worker,
+                queues=["default", "billing"],
+                name="acme-worker",
+            ),
+            TokenEntry(
+                token=OTHER_WORKER_TOKEN, tenant="globex", role=Role.worker, queues=["default"]
+            ),
+        ]
+    )
+
+
+@dataclass
+class ApiServer:
+    """The real app on a real PostgreSQL, served on 127.0.0.1."""
+
+    url: str
+    services: Services
+    scheduler: Scheduler
+    admin_token: str = ADMIN_TOKEN
+    team_token: str = TEAM_TOKEN
+    other_team_token: str = OTHER_TEAM_TOKEN
+    worker_token: str = WORKER_TOKEN
+    other_worker_token: str = OTHER_WORKER_TOKEN
+
+    @property
+    def jobs(self) -> Jobs:
+        return self.services.jobs
+
+    @property
+    def database(self) -> Database:
+        return self.services.database
+
+    def headers(self, token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+async def api_server(database: Database) -> AsyncIterator[ApiServer]:
+    """The API served over HTTP. ``api_server.scheduler.pass_once()`` runs one scheduler
+    pass (due flip, reaper) on demand; no background loop runs unless a test starts one."""
+    services = Services(
+        database=database,
+        jobs=Jobs(database),
+        dispatcher=Dispatcher(database),
+        signal=ReadySignal(database.shard_map),
+        authenticator=test_tokens(),
+        metrics=Metrics(),
+    )
+    server = HttpServer(create_app(services), port=0)
+    url = await server.start()
+    try:
+        yield ApiServer(url=url, services=services, scheduler=Scheduler(database))
+    finally:
+        await server.stop()

@@ -20,7 +20,16 @@ from tickwork.clock import Clock, DatabaseClock
 from tickwork.errors import NotFound, TickworkError
 from tickwork.store import leases
 from tickwork.store.database import Database
-from tickwork.store.leases import Beat, Completed, Completion, Extended, Lease, Outcome
+from tickwork.store.leases import (
+    UNRESTRICTED,
+    Beat,
+    Completed,
+    Completion,
+    Extended,
+    Lease,
+    Outcome,
+    Scope,
+)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -60,6 +69,7 @@ class Dispatcher:
         limit: int,
         worker_id: str,
         lease_seconds: float,
+        tenant: str | None = None,
     ) -> list[Lease]:
         """Claim up to ``limit`` runs of ``queues``, visiting shards round-robin."""
         count = self.database.shard_count
@@ -76,22 +86,27 @@ class Dispatcher:
                     worker_id,
                     lease_seconds,
                     self.clock.now(),
+                    tenant,
                 )
             if len(granted) >= limit:
                 break
         return granted
 
-    async def heartbeat(self, items: Sequence[HeartbeatItem]) -> list[Extended | TickworkError]:
+    async def heartbeat(
+        self, items: Sequence[HeartbeatItem], scope: Scope = UNRESTRICTED
+    ) -> list[Extended | TickworkError]:
         async def per_shard(
             shard: int, group: list[tuple[int, HeartbeatItem]]
         ) -> list[Extended | TickworkError]:
             beats = [Beat(local, i.fencing_token, i.extend_seconds) for local, i in group]
             async with self.database.connection(shard) as conn:
-                return await leases.heartbeat(conn, shard, beats, self.clock.now())
+                return await leases.heartbeat(conn, shard, beats, self.clock.now(), scope)
 
         return await self._route(items, per_shard)
 
-    async def complete(self, items: Sequence[CompleteItem]) -> list[Completed | TickworkError]:
+    async def complete(
+        self, items: Sequence[CompleteItem], scope: Scope = UNRESTRICTED
+    ) -> list[Completed | TickworkError]:
         async def per_shard(
             shard: int, group: list[tuple[int, CompleteItem]]
         ) -> list[Completed | TickworkError]:
@@ -100,7 +115,9 @@ class Dispatcher:
                 for local, i in group
             ]
             async with self.database.connection(shard) as conn:
-                return await leases.complete(conn, shard, completions, self.clock.now(), self.rng)
+                return await leases.complete(
+                    conn, shard, completions, self.clock.now(), self.rng, scope
+                )
 
         return await self._route(items, per_shard)
 
@@ -120,8 +137,10 @@ class Dispatcher:
                 continue
             groups.setdefault(shard, []).append((index, local, item))
         answers = await asyncio.gather(
-            *(per_shard(shard, [(local, item) for _, local, item in group])
-              for shard, group in groups.items())
+            *(
+                per_shard(shard, [(local, item) for _, local, item in group])
+                for shard, group in groups.items()
+            )
         )
         for group, answer in zip(groups.values(), answers, strict=True):
             for (index, _, _), result in zip(group, answer, strict=True):

@@ -6,20 +6,21 @@ computes the next due time of a definition, and turns an enqueue request into a 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncpg
 import orjson
 
 from tickwork import shards
 from tickwork.clock import Clock, DatabaseClock
 from tickwork.errors import ConcurrencyLimit, InvalidRequest
 from tickwork.spec import JobSpec, Priority
-from tickwork.store import definitions, runs
+from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
 from tickwork.store.definitions import Definition
 from tickwork.store.runs import Attempt, JobRunSummary, NewRun, Origin, Run, State
@@ -103,7 +104,7 @@ class Jobs:
 
     async def list_jobs(
         self, tenant: str, after: str | None, limit: int
-    ) -> tuple[list[Definition], str | None]:
+    ) -> tuple[list[JobView], str | None]:
         """The tenant's jobs by name, merged across shards; returns ``(page, next)``."""
         per_shard: list[list[Definition]] = []
         for shard in range(self.database.shard_count):
@@ -113,8 +114,13 @@ class Jobs:
                 )
         merged = list(heapq.merge(*per_shard, key=lambda d: d.name))
         page = merged[:limit]
+        views = []
+        for definition in page:
+            async with self.database.connection(definition.shard) as conn:
+                summary = await runs.summary_of_job(conn, definition.shard, tenant, definition.name)
+            views.append(JobView(definition, summary))
         more = len(merged) > limit
-        return page, (page[-1].name if more and page else None)
+        return views, (page[-1].name if more and page else None)
 
     async def delete(self, tenant: str, name: str, actor: str) -> tuple[int, int]:
         shard = self.shard_of(tenant, name)
@@ -156,8 +162,9 @@ class Jobs:
             new = self._new_run(definition, request, now)
             run, created = await runs.insert(conn, shard, new, self.clock.now())
             if created:
-                await runs.audit(conn, tenant, name, run.id, "enqueue", actor, None,
-                                 self.clock.now())
+                await runs.audit(
+                    conn, tenant, name, run.id, "enqueue", actor, None, self.clock.now()
+                )
             return run, created
 
     def _new_run(self, definition: Definition, request: EnqueueRequest, now: datetime) -> NewRun:
@@ -222,4 +229,95 @@ class Jobs:
     async def enqueue_many(
         self, tenant: str, name: str, requests: Sequence[EnqueueRequest], actor: str
     ) -> list[tuple[Run, bool]]:
-        return [await self.enqueue(tenant, name, r, actor) for r in requests]
+        """Enqueue many runs of one job in one transaction of its shard."""
+        shard = self.shard_of(tenant, name)
+        async with self.database.transaction(shard) as conn:
+            definition = await definitions.lock(conn, shard, tenant, name, exclusive=False)
+            if definition is None:
+                await definitions.get(conn, shard, tenant, name)  # raises NotFound
+                raise AssertionError("unreachable")
+            now = await database_now(conn, self.clock)
+            results = [
+                await runs.insert(conn, shard, self._new_run(definition, r, now), self.clock.now())
+                for r in requests
+            ]
+            created = sum(1 for _, was_created in results if was_created)
+            if created:
+                await runs.audit(
+                    conn, tenant, name, None, "enqueue", actor, {"runs": created}, self.clock.now()
+                )
+            return results
+
+    async def dead_letters(
+        self, tenant: str, job: str | None, cursor: DeadCursor | None, limit: int
+    ) -> tuple[list[Run], DeadCursor | None]:
+        """Dead runs of the tenant, newest death first, merged across shards.
+
+        The order is ``(finishedAt, shard, id)`` descending; the cursor is the last one.
+        """
+        per_shard: list[list[Run]] = []
+        shard_numbers = (
+            range(self.database.shard_count) if job is None else [self.shard_of(tenant, job)]
+        )
+        for shard in shard_numbers:
+            before = None if cursor is None else cursor.bound_for(shard)
+            async with self.database.connection(shard) as conn:
+                per_shard.append(await dlq.list_dead(conn, shard, tenant, job, before, limit + 1))
+        merged = list(heapq.merge(*per_shard, key=_dead_order, reverse=True))
+        page = merged[:limit]
+        if len(merged) > limit and page:
+            last = page[-1]
+            assert last.finished_at is not None
+            return page, DeadCursor(last.finished_at, last.shard, last.id)
+        return page, None
+
+    async def replay(self, run_id: str, actor: str) -> Run:
+        shard, local = self.locate_run(run_id)
+        async with self.database.connection(shard) as conn:
+            return await dlq.replay(conn, shard, local, actor, self.clock.now())
+
+    async def discard(self, run_id: str, actor: str) -> Run:
+        shard, local = self.locate_run(run_id)
+        async with self.database.connection(shard) as conn:
+            return await dlq.discard(conn, shard, local, actor, self.clock.now())
+
+
+_MAX_ID = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class DeadCursor:
+    """Where a DLQ page ended: ``(finishedAt, shard, id)`` of its last run."""
+
+    finished_at: datetime
+    shard: int
+    id: int
+
+    def bound_for(self, shard: int) -> tuple[datetime, int]:
+        """The per-shard ``(finished_at, id) < bound`` equivalent to the global order."""
+        if shard < self.shard:
+            return self.finished_at, _MAX_ID
+        if shard == self.shard:
+            return self.finished_at, self.id
+        return self.finished_at, 0
+
+    def encode(self) -> str:
+        raw = orjson.dumps([self.finished_at.isoformat(), self.shard, self.id])
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> DeadCursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            at, shard, local = orjson.loads(raw)
+            instant = datetime.fromisoformat(at)
+            if instant.tzinfo is None or not isinstance(shard, int) or not isinstance(local, int):
+                raise ValueError(text)
+            return cls(instant, shard, local)
+        except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError) as error:
+            raise InvalidRequest("malformed cursor", field="cursor") from error
+
+
+def _dead_order(run: Run) -> tuple[datetime, int, int]:
+    assert run.finished_at is not None
+    return (run.finished_at, run.shard, run.id)

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from tickwork import cron
+from tickwork.cron import CronError, CronSchedule
 
 MAX_PAYLOAD_BYTES: Final = 256 * 1024
 MAX_JITTER_SECONDS: Final = 3600
@@ -41,7 +41,7 @@ _NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _QUEUE_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?$")
 
 
-class Priority(str, enum.Enum):
+class Priority(enum.StrEnum):
     critical = "critical"
     default = "default"
     bulk = "bulk"
@@ -60,7 +60,7 @@ _PRIORITY_RANK: Final = {Priority.critical: 0, Priority.default: 1, Priority.bul
 _PRIORITY_BY_RANK: Final = {rank: p for p, rank in _PRIORITY_RANK.items()}
 
 
-class MissedRunPolicy(str, enum.Enum):
+class MissedRunPolicy(enum.StrEnum):
     run_once = "run_once"
     run_all = "run_all"
     skip = "skip"
@@ -84,9 +84,7 @@ class Schedule(_Model):
         "lists, `L`, `nL`, `n#k`).",
         examples=["0 2 * * *"],
     )
-    time_zone: str = Field(
-        default="UTC", description="IANA time zone the cron fields are read in."
-    )
+    time_zone: str = Field(default="UTC", description="IANA time zone the cron fields are read in.")
     jitter_seconds: int = Field(
         default=60,
         ge=0,
@@ -106,16 +104,33 @@ class Schedule(_Model):
         "ends as `skipped`.",
     )
 
+    # Field validators first, so an error names `schedule.cron` or `schedule.timeZone`.
+    @field_validator("cron")
+    @classmethod
+    def _check_expression(cls, value: str) -> str:
+        _parse(value, "UTC")
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _check_zone(cls, value: str) -> str:
+        _parse("* * * * *", value)
+        return value
+
     @model_validator(mode="after")
-    def _check_cron(self) -> Schedule:
-        try:
-            cron.CronSchedule.parse(self.cron, self.time_zone)
-        except cron.CronError as error:
-            raise PydanticCustomError("invalid_schedule", "{reason}", {"reason": str(error)})
+    def _check_together(self) -> Schedule:
+        _parse(self.cron, self.time_zone)
         return self
 
-    def compile(self) -> cron.CronSchedule:
-        return cron.CronSchedule.parse(self.cron, self.time_zone)
+    def compile(self) -> CronSchedule:
+        return CronSchedule.parse(self.cron, self.time_zone)
+
+
+def _parse(expression: str, zone: str) -> CronSchedule:
+    try:
+        return CronSchedule.parse(expression, zone)
+    except CronError as error:
+        raise PydanticCustomError("invalid_schedule", "{reason}", {"reason": str(error)}) from None
 
 
 class Retry(_Model):

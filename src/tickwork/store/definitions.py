@@ -102,8 +102,14 @@ async def upsert(
     assert row is not None
     created: bool = row["inserted"]
     await runs.audit(
-        conn, tenant, name, None, "create" if created else "update", actor,
-        {"generation": row["generation"]}, now,
+        conn,
+        tenant,
+        name,
+        None,
+        "create" if created else "update",
+        actor,
+        {"generation": row["generation"]},
+        now,
     )
     return Definition.from_record(shard, row), created
 
@@ -120,8 +126,14 @@ async def delete(
             raise _not_found(tenant, name)
         cancelled, requested = await runs.cancel_all_of_job(conn, tenant, name, now)
         await runs.audit(
-            conn, tenant, name, None, "delete", actor,
-            {"cancelled": cancelled, "cancelRequested": requested}, now,
+            conn,
+            tenant,
+            name,
+            None,
+            "delete",
+            actor,
+            {"cancelled": cancelled, "cancelRequested": requested},
+            now,
         )
     return cancelled, requested
 
@@ -140,8 +152,9 @@ async def set_paused(
         row = await conn.fetchrow(SET_PAUSED, tenant, name, paused, now)
         if row is None:
             raise _not_found(tenant, name)
-        await runs.audit(conn, tenant, name, None, "pause" if paused else "resume", actor,
-                         None, now)
+        await runs.audit(
+            conn, tenant, name, None, "pause" if paused else "resume", actor, None, now
+        )
     return Definition.from_record(shard, row)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-import asyncpg
-
 from tickwork import shards
 from tickwork.errors import InvalidState, NotFound
 from tickwork.store import queries, runs
@@ -58,9 +56,7 @@ async def discard(
     return Run.from_record(shard, row)
 
 
-async def _refusal(
-    conn: Connection, shard: int, run_id: int, verb: str
-) -> NotFound | InvalidState:
+async def _refusal(conn: Connection, shard: int, run_id: int, verb: str) -> NotFound | InvalidState:
     public = shards.format_run_id(shard, run_id)
     row = await conn.fetchrow(LOCK_RUN, run_id)
     if row is None:

@@ -30,13 +30,33 @@ LOCK_LEASED: Final = queries.get("lock_leased")
 LOCK_EXPIRED: Final = queries.get("lock_expired")
 RECORD_FAILURES: Final = queries.get("record_failures")
 COMPLETION_OF: Final = queries.get("completion_of")
-RUN_STATE: Final = "SELECT state, fencing_token FROM runs WHERE id = $1"
+RUN_STATE: Final = "SELECT state, tenant, queue FROM runs WHERE id = $1"
 PROMOTE_DUE: Final = queries.get("promote_due")
 SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
 
 MAX_BATCH: Final = 100
 MAX_EXTENSION_SECONDS: Final = 6 * 3600
 LEASE_EXPIRED_ERROR: Final = {"message": "lease expired", "reason": "lease-expired"}
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a caller may touch: one tenant's runs (None: any) in some queues (None: any)."""
+
+    tenant: str | None = None
+    queues: tuple[str, ...] | None = None
+
+    def allows(self, tenant: str, queue: str) -> bool:
+        return (self.tenant is None or self.tenant == tenant) and (
+            self.queues is None or queue in self.queues
+        )
+
+    @property
+    def queue_list(self) -> list[str] | None:
+        return None if self.queues is None else list(self.queues)
+
+
+UNRESTRICTED: Final = Scope()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +90,7 @@ class Lease:
         return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     succeeded = "succeeded"
     failed = "failed"
 
@@ -115,11 +135,13 @@ async def claim(
     worker_id: str,
     lease_seconds: float,
     now: datetime | None = None,
+    tenant: str | None = None,
 ) -> list[Lease]:
-    """Lease up to ``limit`` ready runs of ``queues``: priority first, then oldest ready."""
+    """Lease up to ``limit`` ready runs of ``queues`` (of ``tenant`` only, if given):
+    priority first, then oldest ready."""
     if not 1 <= limit <= MAX_BATCH:
         raise ValueError(f"limit must be 1..{MAX_BATCH}")
-    rows = await conn.fetch(CLAIM, list(queues), limit, worker_id, now, lease_seconds)
+    rows = await conn.fetch(CLAIM, list(queues), limit, worker_id, now, lease_seconds, tenant)
     return [
         Lease(
             shard,
@@ -148,6 +170,7 @@ async def heartbeat(
     shard: int,
     beats: Sequence[Beat],
     now: datetime | None = None,
+    scope: Scope = UNRESTRICTED,
 ) -> list[Extended | TickworkError]:
     """Extend leases; one result per beat, in order (``StaleLease``/``NotFound`` items)."""
     found: dict[tuple[int, int], Extended] = {}
@@ -164,6 +187,8 @@ async def heartbeat(
                 [b.fencing_token for b in group],
                 seconds,
                 now,
+                scope.tenant,
+                scope.queue_list,
             )
             for row in rows:
                 found[(row["id"], row["fencing_token"])] = Extended(
@@ -172,7 +197,7 @@ async def heartbeat(
         results: list[Extended | TickworkError] = []
         for beat in beats:
             hit = found.get((beat.id, beat.fencing_token))
-            results.append(hit if hit is not None else await _refusal(conn, shard, beat.id))
+            results.append(hit if hit is not None else await _refusal(conn, shard, beat.id, scope))
     return results
 
 
@@ -182,6 +207,7 @@ async def complete(
     completions: Sequence[Completion],
     now: datetime | None = None,
     rng: random.Random | None = None,
+    scope: Scope = UNRESTRICTED,
 ) -> list[Completed | TickworkError]:
     """Record outcomes; one result per completion, in order.
 
@@ -200,11 +226,17 @@ async def complete(
                 [c.id for c in succeeded],
                 [c.fencing_token for c in succeeded],
                 now,
+                scope.tenant,
+                scope.queue_list,
             )
             _collect(found, rows)
         if failed:
             locked = await conn.fetch(
-                LOCK_LEASED, [c.id for c in failed], [c.fencing_token for c in failed]
+                LOCK_LEASED,
+                [c.id for c in failed],
+                [c.fencing_token for c in failed],
+                scope.tenant,
+                scope.queue_list,
             )
             by_key = {(c.id, c.fencing_token): c for c in failed}
             decisions = [
@@ -217,9 +249,16 @@ async def complete(
         results: list[Completed | TickworkError] = []
         for c in completions:
             hit = found.get((c.id, c.fencing_token))
-            if hit is None:
-                hit = await _earlier_completion(conn, c.id, c.fencing_token)
-            results.append(hit if hit is not None else await _refusal(conn, shard, c.id))
+            if hit is not None:
+                results.append(hit)
+                continue
+            refusal = await _refusal(conn, shard, c.id, scope)
+            if not isinstance(refusal, NotFound):
+                earlier = await _earlier_completion(conn, c.id, c.fencing_token)
+                if earlier is not None:
+                    results.append(earlier)
+                    continue
+            results.append(refusal)
     return results
 
 
@@ -286,10 +325,12 @@ async def _earlier_completion(
     return Completed(run_id, State(row["result_state"]), row["next_attempt_at"])
 
 
-async def _refusal(conn: Connection, shard: int, run_id: int) -> TickworkError:
+async def _refusal(conn: Connection, shard: int, run_id: int, scope: Scope) -> TickworkError:
     public = shards.format_run_id(shard, run_id)
     row = await conn.fetchrow(RUN_STATE, run_id)
-    if row is None:
+    # A run outside the caller's tenant or queues is reported as absent: existence of
+    # another team's runs is not the caller's business.
+    if row is None or not scope.allows(row["tenant"], row["queue"]):
         return NotFound(f"no run {public!r}", field="runId")
     if row["state"] == State.leased.value:
         return StaleLease(
@@ -321,8 +362,9 @@ async def reap(
         if not rows:
             return Reaped(0, 0, 0)
         decisions = [
-            _decision_for(row, dict(LEASE_EXPIRED_ERROR, attempt=row["attempt"]), True,
-                          "lease-expired", rng)
+            _decision_for(
+                row, dict(LEASE_EXPIRED_ERROR, attempt=row["attempt"]), True, "lease-expired", rng
+            )
             for row in rows
         ]
         await _record_failures(conn, decisions, now)
@@ -340,9 +382,7 @@ class Promoted:
     skipped: int
 
 
-async def promote_due(
-    conn: Connection, limit: int = 5000, now: datetime | None = None
-) -> Promoted:
+async def promote_due(conn: Connection, limit: int = 5000, now: datetime | None = None) -> Promoted:
     """Flip due ``scheduled``/``retry_wait`` runs to ``ready`` and wake their workers.
 
     First attempts past their starting deadline end ``skipped`` instead, and so do

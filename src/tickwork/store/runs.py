@@ -31,7 +31,7 @@ AUDIT_OF_JOB: Final = queries.get("audit_of_job")
 NOTIFY_READY: Final = queries.get("notify_ready")
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     scheduled = "scheduled"
     ready = "ready"
     leased = "leased"
@@ -53,7 +53,7 @@ TERMINAL: Final = frozenset(
 PENDING: Final = frozenset({State.scheduled, State.ready, State.retry_wait})
 
 
-class Origin(str, enum.Enum):
+class Origin(enum.StrEnum):
     cron = "cron"  # materialised from a schedule
     once = "once"  # a one-off job's runAt
     api = "api"  # enqueued through the API
@@ -302,9 +302,7 @@ class JobRunSummary:
     last_run: Run | None
 
 
-async def summary_of_job(
-    conn: Connection, shard: int, tenant: str, job: str
-) -> JobRunSummary:
+async def summary_of_job(conn: Connection, shard: int, tenant: str, job: str) -> JobRunSummary:
     counts = await conn.fetchrow(JOB_RUN_COUNTS, tenant, job)
     assert counts is not None
     last = await conn.fetchrow(LAST_FINISHED_RUN, tenant, job)

@@ -9,6 +9,7 @@ WITH picked AS (
     FROM runs
     WHERE state = 'ready'
       AND queue = ANY($1::text[])
+      AND ($6::text IS NULL OR tenant = $6)
     ORDER BY priority, ready_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -36,6 +37,7 @@ RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
 -- Extend the leases of runs $1 held with tokens $2 by $3 seconds, never past the
 -- attempt's deadline nor more than 6 hours at once. Each run's token is unique to one
 -- lease, so matching ids and tokens as two sets is the same as matching pairs.
+-- $5/$6 scope the caller to a tenant and queues (NULL: unrestricted).
 WITH clock AS (SELECT coalesce($4::timestamptz, now()) AS now)
 UPDATE runs AS r
 SET lease_expires_at = least(
@@ -47,6 +49,8 @@ FROM clock
 WHERE r.id = ANY($1::bigint[])
   AND r.fencing_token = ANY($2::bigint[])
   AND r.state = 'leased'
+  AND ($5::text IS NULL OR r.tenant = $5)
+  AND ($6::text[] IS NULL OR r.queue = ANY($6::text[]))
 RETURNING r.id, r.fencing_token, r.lease_expires_at, r.cancel_requested
 
 -- name: complete_succeeded
@@ -64,6 +68,8 @@ WITH clock AS (
     WHERE r.id = ANY($1::bigint[])
       AND r.fencing_token = ANY($2::bigint[])
       AND r.state = 'leased'
+      AND ($4::text IS NULL OR r.tenant = $4)
+      AND ($5::text[] IS NULL OR r.queue = ANY($5::text[]))
     RETURNING r.id, r.attempt, r.fencing_token, r.lease_owner, r.leased_at, r.finished_at,
               r.state
 )
@@ -81,6 +87,8 @@ FROM runs
 WHERE id = ANY($1::bigint[])
   AND fencing_token = ANY($2::bigint[])
   AND state = 'leased'
+  AND ($3::text IS NULL OR tenant = $3)
+  AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
 FOR UPDATE
 
 -- name: lock_expired

@@ -1,0 +1,1 @@
+"""The HTTP API: the public contract of ``docs/http-api.md``."""

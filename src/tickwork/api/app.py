@@ -1,0 +1,95 @@
+"""The app factory: one FastAPI app per call, from explicit services (no globals)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tickwork import __version__
+from tickwork.api import jobs_routes, ops_routes, problems, render, worker_routes
+from tickwork.api.services import Services
+from tickwork.errors import PayloadTooLarge
+
+DESCRIPTION = """\
+Cron, delayed and one-off jobs on sharded PostgreSQL. Every call but `/healthz` and
+`/readyz` needs `Authorization: Bearer <token>`. Errors are `application/problem+json`.
+"""
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413 before reading them whole."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await self._refuse(send)
+                return
+        received = 0
+        limit = self.limit
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLarge(f"request body over {limit} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = render.dumps(
+            render.problem(PayloadTooLarge(f"request body over {self.limit} bytes"))
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", problems.MEDIA_TYPE.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_app(services: Services) -> FastAPI:
+    """The API over ``services``. The caller owns the database pools; the app starts and
+    stops the LISTEN connections that wake long-polls."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await services.signal.start()
+        try:
+            yield
+        finally:
+            await services.signal.stop()
+
+    app = FastAPI(
+        title="tickwork",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url=None,  # served by ops_routes behind authentication
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.services = services
+    problems.install(app)
+    app.include_router(ops_routes.router)
+    app.include_router(worker_routes.router)
+    app.include_router(jobs_routes.router)
+    app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
+    return app

@@ -1,0 +1,167 @@
+"""Authentication and authorisation of API calls.
+
+A bearer token maps to a ``Principal``: a tenant, a role (team, worker, admin) and, for
+workers, the queues they may lease. The ``Authenticator`` protocol is the seam where
+Kubernetes TokenReview/SubjectAccessReview plugs in; outside Kubernetes the mapping is a
+tokens file. Tokens are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tickwork.errors import Forbidden, Unauthenticated
+from tickwork.store.leases import Scope
+
+
+class Role(enum.StrEnum):
+    team = "team"  # manages its tenant's jobs, runs and DLQ
+    worker = "worker"  # leases, heartbeats and completes runs of its queues
+    admin = "admin"  # everything, for any tenant (``?tenant=``)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    subject: str
+    tenant: str
+    role: Role
+    # None: every queue of the tenant (teams and admins).
+    queues: frozenset[str] | None = None
+
+    def tenant_for(self, requested: str | None) -> str:
+        """The tenant a call acts for: the caller's own, or any for an admin."""
+        if requested is None or requested == self.tenant:
+            return self.tenant
+        if self.role is Role.admin:
+            return requested
+        raise Forbidden(
+            f"this token acts for tenant {self.tenant!r}, not {requested!r}", field="tenant"
+        )
+
+    def require(self, *roles: Role) -> None:
+        if self.role not in roles and self.role is not Role.admin:
+            allowed = ", ".join(r.value for r in roles)
+            raise Forbidden(f"this call needs a {allowed} token, not {self.role.value}")
+
+    def check_queues(self, queues: Sequence[str]) -> None:
+        if self.queues is None:
+            return
+        outside = sorted(set(queues) - self.queues)
+        if outside:
+            raise Forbidden(f"this token may not lease queue(s) {outside}", field="queues")
+
+    def worker_scope(self) -> Scope:
+        """What this caller's heartbeats and completions may touch."""
+        if self.role is Role.admin:
+            return Scope()
+        return Scope(
+            tenant=self.tenant,
+            queues=None if self.queues is None else tuple(sorted(self.queues)),
+        )
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal a bearer token stands for, or None for an unknown token."""
+
+
+class TokenEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=16, description="The bearer token (16+ characters).")
+    tenant: str = Field(min_length=1, description="The tenant (namespace) it acts for.")
+    role: Role
+    queues: list[str] | None = Field(
+        default=None, description="Queues a worker may lease (required for workers)."
+    )
+    name: str | None = Field(default=None, description="Who holds it, for audit logs.")
+
+    @field_validator("queues")
+    @classmethod
+    def _non_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("queues must list at least one queue")
+        return value
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class StaticTokens:
+    """Tokens known up front (a tokens file, or the token ``tickwork dev`` generates).
+
+    Lookup is by SHA-256 digest, so the dictionary probe never compares secret bytes;
+    the final check uses ``hmac.compare_digest``.
+    """
+
+    def __init__(self, entries: Iterable[TokenEntry]) -> None:
+        self._by_digest: dict[bytes, tuple[bytes, Principal]] = {}
+        for index, entry in enumerate(entries):
+            if entry.role is Role.worker and entry.queues is None:
+                raise ValueError(f"token #{index + 1}: a worker token must list its queues")
+            digest = _digest(entry.token)
+            if digest in self._by_digest:
+                raise ValueError(f"token #{index + 1} is listed twice")
+            principal = Principal(
+                subject=entry.name or f"{entry.role.value}:{entry.tenant}#{index + 1}",
+                tenant=entry.tenant,
+                role=entry.role,
+                queues=None if entry.queues is None else frozenset(entry.queues),
+            )
+            self._by_digest[digest] = (digest, principal)
+
+    async def authenticate(self, token: str) -> Principal | None:
+        digest = _digest(token)
+        found = self._by_digest.get(digest)
+        if found is None or not hmac.compare_digest(found[0], digest):
+            return None
+        return found[1]
+
+    @classmethod
+    def from_file(cls, path: Path) -> StaticTokens:
+        """Load a YAML list of ``{token, tenant, role, queues}``."""
+        try:
+            document = yaml.safe_load(path.read_text("utf-8"))
+        except (OSError, yaml.YAMLError) as error:
+            raise ValueError(f"cannot read tokens file {path}: {error}") from error
+        if not isinstance(document, list):
+            raise ValueError(f"tokens file {path} must hold a YAML list of tokens")
+        entries = []
+        for index, item in enumerate(document):
+            try:
+                entries.append(TokenEntry.model_validate(item))
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(str(part) for part in first["loc"]) or "entry"
+                raise ValueError(
+                    f"tokens file {path}, entry #{index + 1}: {where}: {first['msg']}"
+                ) from error
+        return cls(entries)
+
+
+def generate_token() -> str:
+    return "tw_" + secrets.token_urlsafe(32)
+
+
+async def authenticate_header(authenticator: Authenticator, header: str | None) -> Principal:
+    """The principal of an ``Authorization: Bearer <token>`` header, or 401."""
+    if not header:
+        raise Unauthenticated("missing Authorization: Bearer <token> header")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
+    principal = await authenticator.authenticate(token.strip())
+    if principal is None:
+        raise Unauthenticated("unknown token")
+    return principal

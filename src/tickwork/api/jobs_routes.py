@@ -1,0 +1,381 @@
+"""Jobs, runs and the DLQ: the routes people and their tools use (pydantic-validated)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from tickwork.api import models, problems, render, responses
+from tickwork.api.auth import Principal, Role
+from tickwork.api.services import Services, principal, services
+from tickwork.errors import InvalidRequest, NotFound
+from tickwork.jobs import DeadCursor, EnqueueRequest
+from tickwork.spec import JobSpec, check_name
+from tickwork.store.runs import Run, State
+
+router = APIRouter(prefix="/v1")
+
+Caller = Annotated[Principal, Depends(principal)]
+Svc = Annotated[Services, Depends(services)]
+JobName = Annotated[str, Path(description="The job's name (DNS-1123 subdomain).")]
+RunId = Annotated[str, Path(alias="runId", description="The run's id.")]
+TenantParam = Annotated[str | None, Query(description="Admin tokens only: act for this tenant.")]
+Limit = Annotated[int | None, Query(ge=1, le=500, description="Page size (default 50).")]
+Cursor = Annotated[str | None, Query(description="nextCursor of the previous page.")]
+
+_errors: dict[int | str, dict[str, Any]] = {
+    status: {"model": models.Problem, "description": description}
+    for status, description in {
+        400: "invalid-request / invalid-schedule",
+        401: "unauthenticated",
+        403: "forbidden",
+        404: "not-found",
+    }.items()
+}
+
+
+def _job_name(name: str) -> str:
+    try:
+        check_name(name)
+    except ValueError as error:
+        raise NotFound(str(error), field="name") from error
+    return name
+
+
+def _team(caller: Principal, tenant: str | None) -> str:
+    caller.require(Role.team)
+    return caller.tenant_for(tenant)
+
+
+def _limit(svc: Services, limit: int | None) -> int:
+    return limit or svc.settings.default_page_size
+
+
+def _own_run(caller: Principal, run: Run) -> None:
+    if caller.role is not Role.admin and run.tenant != caller.tenant:
+        raise NotFound(f"no run {run.run_id!r}", field="runId")
+
+
+async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]:
+    return render.job(await svc.jobs.get(tenant, name))
+
+
+@router.put(
+    "/jobs/{name}",
+    summary="Create or replace a job",
+    responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_errors},
+)
+async def put_job(
+    name: JobName, spec: JobSpec, caller: Caller, svc: Svc, tenant: TenantParam = None
+) -> Response:
+    owner = _team(caller, tenant)
+    try:
+        check_name(name)
+    except ValueError as error:
+        raise InvalidRequest(str(error), field="name") from error
+    _, created = await svc.jobs.put(owner, name, spec, caller.subject)
+    return responses.json(await _job_document(svc, owner, name), 201 if created else 200)
+
+
+@router.get(
+    "/jobs/{name}",
+    summary="A job with its status",
+    responses={200: {"model": models.Job}, **_errors},
+)
+async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
+    owner = _team(caller, tenant)
+    return responses.json(await _job_document(svc, owner, _job_name(name)))
+
+
+@router.delete(
+    "/jobs/{name}",
+    summary="Delete a job: cancel its pending runs, keep history",
+    responses={200: {"description": "What was cancelled."}, **_errors},
+)
+async def delete_job(
+    name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
+) -> Response:
+    owner = _team(caller, tenant)
+    cancelled, requested = await svc.jobs.delete(owner, _job_name(name), caller.subject)
+    return responses.json(
+        {
+            "name": name,
+            "tenant": owner,
+            "cancelledRuns": cancelled,
+            "cancelRequestedRuns": requested,
+        }
+    )
+
+
+@router.get(
+    "/jobs", summary="The tenant's jobs", responses={200: {"model": models.JobPage}, **_errors}
+)
+async def list_jobs(
+    caller: Caller,
+    svc: Svc,
+    tenant: TenantParam = None,
+    cursor: Cursor = None,
+    limit: Limit = None,
+) -> Response:
+    owner = _team(caller, tenant)
+    page, next_cursor = await svc.jobs.list_jobs(owner, cursor, _limit(svc, limit))
+    items = [render.job(view) for view in page]
+    return responses.json({"items": items, "nextCursor": next_cursor})
+
+
+@router.post(
+    "/jobs/{name}:pause",
+    summary="Pause a job (idempotent)",
+    responses={200: {"model": models.Job}, **_errors},
+)
+async def pause_job(
+    name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
+) -> Response:
+    owner = _team(caller, tenant)
+    await svc.jobs.set_paused(owner, _job_name(name), True, caller.subject)
+    return responses.json(await _job_document(svc, owner, name))
+
+
+@router.post(
+    "/jobs/{name}:resume",
+    summary="Resume a job (idempotent)",
+    responses={200: {"model": models.Job}, **_errors},
+)
+async def resume_job(
+    name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
+) -> Response:
+    owner = _team(caller, tenant)
+    await svc.jobs.set_paused(owner, _job_name(name), False, caller.subject)
+    return responses.json(await _job_document(svc, owner, name))
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=256,
+        description="Enqueueing twice with one key returns the first run.",
+    ),
+]
+
+
+@router.post(
+    "/jobs/{name}/runs",
+    summary="Enqueue a run now, at runAt, or after delaySeconds",
+    responses={
+        200: {"model": models.Run, "description": "An earlier run with this Idempotency-Key"},
+        201: {"model": models.Run, "description": "A new run"},
+        409: {"model": models.Problem, "description": "concurrency-limit"},
+        413: {"model": models.Problem, "description": "payload-too-large"},
+        **_errors,
+    },
+)
+async def enqueue(
+    name: JobName,
+    caller: Caller,
+    svc: Svc,
+    request: Request,
+    body: Annotated[models.EnqueueRequest | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
+    tenant: TenantParam = None,
+) -> Response:
+    owner = _team(caller, tenant)
+    body = body or models.EnqueueRequest()
+    payload_given = "payload" in body.model_fields_set
+    run, created = await svc.jobs.enqueue(
+        owner,
+        _job_name(name),
+        EnqueueRequest(
+            run_at=body.run_at,
+            delay_seconds=body.delay_seconds,
+            payload=body.payload,
+            payload_given=payload_given,
+            priority=body.priority,
+            idempotency_key=idempotency_key,
+            if_not_running=body.if_not_running,
+        ),
+        caller.subject,
+    )
+    if created:
+        svc.metrics.enqueued.inc()
+    return responses.json(render.run(run), 201 if created else 200)
+
+
+@router.post(
+    "/jobs/{name}/runs:batch",
+    summary="Enqueue up to 1 000 runs in one call",
+    responses={200: {"model": models.BatchEnqueueResponse}, **_errors},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": models.BatchEnqueueRequest.model_json_schema(
+                        ref_template="#/components/schemas/{model}"
+                    )
+                }
+            },
+        }
+    },
+)
+async def enqueue_batch(
+    name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
+) -> Response:
+    owner = _team(caller, tenant)
+    _job_name(name)
+    try:
+        document = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as error:
+        raise InvalidRequest(f"body is not JSON: {error}") from error
+    if not isinstance(document, dict) or set(document) != {"runs"}:
+        raise InvalidRequest('body must be {"runs": [...]}', field="runs")
+    items = document["runs"]
+    if not isinstance(items, list) or not 1 <= len(items) <= models.MAX_BATCH_ENQUEUE:
+        raise InvalidRequest(
+            f"runs must be a list of 1..{models.MAX_BATCH_ENQUEUE} items", field="runs"
+        )
+    # Each item is validated on its own: one bad item gets a problem, the rest enqueue.
+    slots: list[dict[str, Any] | None] = []
+    requests: list[EnqueueRequest] = []
+    for index, raw in enumerate(items):
+        try:
+            item = models.BatchEnqueueItem.model_validate(raw)
+        except ValidationError as error:
+            problem = problems.from_validation(error.errors())
+            problem.field = f"runs[{index}]" + ("." + problem.field if problem.field else "")
+            slots.append({"problem": render.problem(problem)})
+            continue
+        if item.run_at is not None and item.delay_seconds is not None:
+            slots.append(
+                {
+                    "problem": render.problem(
+                        InvalidRequest(
+                            "give at most one of runAt and delaySeconds",
+                            field=f"runs[{index}].runAt",
+                        )
+                    )
+                }
+            )
+            continue
+        slots.append(None)
+        requests.append(
+            EnqueueRequest(
+                run_at=item.run_at,
+                delay_seconds=item.delay_seconds,
+                payload=item.payload,
+                payload_given="payload" in item.model_fields_set,
+                idempotency_key=item.idempotency_key,
+            )
+        )
+    enqueued = iter(
+        await svc.jobs.enqueue_many(owner, name, requests, caller.subject) if requests else []
+    )
+    results = []
+    for slot in slots:
+        if slot is not None:
+            results.append(slot)
+            continue
+        run, created = next(enqueued)
+        if created:
+            svc.metrics.enqueued.inc()
+        results.append(render.run(run))
+    return responses.json({"items": results})
+
+
+@router.get(
+    "/jobs/{name}/runs",
+    summary="The job's runs, newest first",
+    responses={200: {"model": models.RunPage}, **_errors},
+)
+async def list_runs(
+    name: JobName,
+    caller: Caller,
+    svc: Svc,
+    state: Annotated[State | None, Query(description="Only runs in this state.")] = None,
+    cursor: Cursor = None,
+    limit: Limit = None,
+    tenant: TenantParam = None,
+) -> Response:
+    owner = _team(caller, tenant)
+    page, next_cursor = await svc.jobs.runs_of_job(
+        owner, _job_name(name), state, cursor, _limit(svc, limit)
+    )
+    return responses.json({"items": [render.run(r) for r in page], "nextCursor": next_cursor})
+
+
+@router.get(
+    "/runs/{runId}",
+    summary="One run with its attempts",
+    responses={200: {"model": models.RunWithAttempts}, **_errors},
+)
+async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
+    caller.require(Role.team, Role.worker)
+    run, attempts = await svc.jobs.run(run_id)
+    _own_run(caller, run)
+    return responses.json(render.run_with_attempts(run, attempts))
+
+
+@router.post(
+    "/runs/{runId}:cancel",
+    summary="Cancel a run",
+    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+)
+async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
+    caller.require(Role.team)
+    run, _ = await svc.jobs.run(run_id)
+    _own_run(caller, run)
+    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject)))
+
+
+@router.get(
+    "/dlq", summary="Dead runs of the tenant", responses={200: {"model": models.RunPage}, **_errors}
+)
+async def list_dead(
+    caller: Caller,
+    svc: Svc,
+    job: Annotated[str | None, Query(description="Only this job's dead runs.")] = None,
+    cursor: Cursor = None,
+    limit: Limit = None,
+    tenant: TenantParam = None,
+) -> Response:
+    owner = _team(caller, tenant)
+    if job is not None:
+        _job_name(job)
+    page, next_cursor = await svc.jobs.dead_letters(
+        owner, job, None if cursor is None else DeadCursor.decode(cursor), _limit(svc, limit)
+    )
+    return responses.json(
+        {
+            "items": [render.run(r) for r in page],
+            "nextCursor": None if next_cursor is None else next_cursor.encode(),
+        }
+    )
+
+
+@router.post(
+    "/dlq/{runId}:replay",
+    summary="Re-enqueue a dead run with fresh attempts",
+    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+)
+async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
+    caller.require(Role.team)
+    run, _ = await svc.jobs.run(run_id)
+    _own_run(caller, run)
+    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject)))
+
+
+@router.post(
+    "/dlq/{runId}:discard",
+    summary="End a dead run",
+    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+)
+async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
+    caller.require(Role.team)
+    run, _ = await svc.jobs.run(run_id)
+    _own_run(caller, run)
+    return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject)))

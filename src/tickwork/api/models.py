@@ -1,0 +1,237 @@
+"""Request and response models of the public API (camelCase JSON).
+
+Cold routes validate requests with these models; the hot worker routes parse by hand
+(see ``worker_routes``) but document themselves with the same models, so
+``/openapi.json`` describes every route.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic.alias_generators import to_camel
+
+from tickwork import spec
+from tickwork.spec import JobSpec, Priority
+
+MAX_BATCH_ENQUEUE = 1000
+MAX_DELAY_SECONDS = 366 * 86_400
+
+State = Literal[
+    "scheduled",
+    "ready",
+    "leased",
+    "retry_wait",
+    "succeeded",
+    "dead",
+    "cancelled",
+    "discarded",
+    "skipped",
+]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Problem(Model):
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(examples=["https://tickwork.dev/problems/stale-lease"])
+    title: str
+    status: int
+    detail: str
+    field: str | None = None
+
+
+class LastRun(Model):
+    run_id: str
+    state: State
+    due_at: datetime
+    finished_at: datetime | None
+
+
+class Job(Model):
+    name: str
+    tenant: str
+    spec: JobSpec
+    paused: bool
+    next_run_at: datetime | None
+    last_run: LastRun | None
+    active_runs: int
+    dead_runs: int
+    shard: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class JobPage(Model):
+    items: list[Job]
+    next_cursor: str | None
+
+
+class Attempt(Model):
+    attempt: int
+    worker_id: str | None
+    leased_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    error: JsonValue = None
+
+
+class Run(Model):
+    run_id: str
+    job: str
+    tenant: str
+    queue: str
+    priority: Priority
+    state: State
+    attempt: int
+    max_attempts: int
+    due_at: datetime
+    ready_at: datetime
+    idempotency_key: str
+    payload: JsonValue = None
+    last_error: JsonValue = None
+    cancel_requested: bool
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RunWithAttempts(Run):
+    attempts: list[Attempt]
+
+
+class RunPage(Model):
+    items: list[Run]
+    next_cursor: str | None
+
+
+class EnqueueRequest(Model):
+    """Enqueue a run now (neither field), at ``runAt``, or after ``delaySeconds``."""
+
+    run_at: AwareDatetime | None = Field(default=None, description="Run at this instant.")
+    delay_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_DELAY_SECONDS, description="Run after this many seconds."
+    )
+    payload: spec.Payload = Field(
+        default=None, description="Overrides the job's payload (≤ 256 KiB encoded)."
+    )
+    priority: Priority | None = Field(default=None, description="Overrides the job's priority.")
+    if_not_running: bool = Field(
+        default=False,
+        description="Refuse (409 concurrency-limit) while the job is at its concurrency limit.",
+    )
+
+    @field_validator("payload")
+    @classmethod
+    def _size(cls, value: JsonValue) -> JsonValue:
+        return spec.check_payload(value)  # type: ignore[no-any-return]
+
+
+class BatchEnqueueItem(Model):
+    run_at: AwareDatetime | None = None
+    delay_seconds: float | None = Field(default=None, ge=0, le=MAX_DELAY_SECONDS)
+    payload: spec.Payload = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("payload")
+    @classmethod
+    def _size(cls, value: JsonValue) -> JsonValue:
+        return spec.check_payload(value)  # type: ignore[no-any-return]
+
+
+class BatchEnqueueRequest(Model):
+    runs: list[BatchEnqueueItem] = Field(min_length=1, max_length=MAX_BATCH_ENQUEUE)
+
+
+class BatchItemResult(Model):
+    model_config = ConfigDict(extra="allow")
+    problem: Problem | None = None
+
+
+class BatchEnqueueResponse(Model):
+    items: list[dict[str, Any]] = Field(
+        description='In request order: a Run, or {"problem": Problem}.'
+    )
+
+
+# --- the worker path (documented here, parsed by hand in worker_routes) ---
+
+
+class LeaseRequest(Model):
+    queues: list[str] = Field(min_length=1, max_length=100)
+    max: int = Field(default=1, ge=1, le=100)
+    wait_seconds: float = Field(default=0, ge=0, le=20)
+    lease_seconds: float = Field(default=30, ge=1, le=21_600)
+    worker_id: str | None = Field(default=None, max_length=256)
+
+
+class Lease(Model):
+    run_id: str
+    job: str
+    tenant: str
+    queue: str
+    priority: Priority
+    attempt: int
+    idempotency_key: str
+    fencing_token: int
+    due_at: datetime
+    lease_expires_at: datetime
+    deadline: datetime
+    payload: JsonValue = None
+
+
+class LeaseResponse(Model):
+    leases: list[Lease]
+
+
+class HeartbeatRequest(Model):
+    fencing_token: int
+    extend_seconds: float = Field(default=30, ge=1, le=21_600)
+
+
+class HeartbeatResponse(Model):
+    lease_expires_at: datetime
+    cancel_requested: bool
+
+
+class ErrorReport(Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    message: str = Field(max_length=65_536)
+    retryable: bool = True
+
+
+class CompleteRequest(Model):
+    fencing_token: int
+    outcome: Literal["succeeded", "failed"]
+    error: ErrorReport | None = None
+
+
+class CompleteResponse(Model):
+    state: Literal["succeeded", "retry_wait", "dead", "cancelled"]
+    next_attempt_at: datetime | None = None
+
+
+class HeartbeatItem(HeartbeatRequest):
+    run_id: str
+
+
+class CompleteItem(CompleteRequest):
+    run_id: str
+
+
+class HeartbeatBatchRequest(Model):
+    items: list[HeartbeatItem] = Field(min_length=1, max_length=100)
+
+
+class CompleteBatchRequest(Model):
+    items: list[CompleteItem] = Field(min_length=1, max_length=100)
+
+
+class BatchResults(Model):
+    items: list[dict[str, Any]] = Field(
+        description="In request order: the item's result with its runId, or "
+        '{"runId", "problem": Problem}.'
+    )

@@ -1,0 +1,56 @@
+"""Operations: health, readiness, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from tickwork import metrics
+from tickwork.api import responses
+from tickwork.api.auth import Principal
+from tickwork.api.services import principal, services
+from tickwork.errors import SchemaMismatch
+from tickwork.store import migrate
+
+router = APIRouter()
+
+
+@router.get("/healthz", summary="The process is alive (no authentication)")
+async def healthz() -> Response:
+    return responses.json({"status": "ok"})
+
+
+@router.get("/readyz", summary="Every shard is reachable and migrated (no authentication)")
+async def readyz(request: Request) -> Response:
+    svc = services(request)
+    shard_map = svc.database.shard_map
+
+    async def check(number: int) -> str | None:
+        try:
+            async with svc.database.connection(number) as conn:
+                await migrate.check_shard(conn, shard_map[number], shard_map.count)
+        except SchemaMismatch as error:
+            return error.detail
+        except (OSError, TimeoutError) as error:
+            return f"shard {number} unreachable: {error}"
+        return None
+
+    failures = [f for f in await asyncio.gather(*(check(n) for n in range(shard_map.count))) if f]
+    if failures:
+        return responses.json({"status": "unavailable", "problems": failures}, 503)
+    return responses.json({"status": "ready", "shards": shard_map.count})
+
+
+@router.get("/metrics", summary="Prometheus metrics")
+async def prometheus(
+    request: Request, _caller: Annotated[Principal, Depends(principal)]
+) -> Response:
+    return Response(services(request).metrics.render(), media_type=metrics.CONTENT_TYPE)
+
+
+@router.get("/openapi.json", summary="This document", include_in_schema=False)
+async def openapi(request: Request, _caller: Annotated[Principal, Depends(principal)]) -> Response:
+    return responses.json(request.app.openapi())

@@ -1,0 +1,130 @@
+"""Resources as the JSON the contract shows: camelCase, RFC 3339 UTC instants.
+
+Rendering builds plain dicts for orjson; stored payloads are embedded as the JSON text
+the database holds (``orjson.Fragment``), never parsed on the way out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from tickwork.errors import TickworkError
+from tickwork.jobs import JobView
+from tickwork.spec import Priority
+from tickwork.store.leases import Completed, Extended, Lease
+from tickwork.store.runs import Attempt, Run
+
+JSON_OPTIONS: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+
+
+def dumps(document: Any) -> bytes:
+    return orjson.dumps(document, option=JSON_OPTIONS)
+
+
+def _payload(payload_json: str | None) -> Any:
+    return None if payload_json is None else orjson.Fragment(payload_json)
+
+
+def problem(error: TickworkError) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "type": error.type,
+        "title": error.title,
+        "status": error.status,
+        "detail": error.detail,
+    }
+    if error.field is not None:
+        document["field"] = error.field
+    return document
+
+
+def run(item: Run) -> dict[str, Any]:
+    return {
+        "runId": item.run_id,
+        "job": item.job,
+        "tenant": item.tenant,
+        "queue": item.queue,
+        "priority": Priority.from_rank(item.priority).value,
+        "state": item.state.value,
+        "attempt": item.attempt,
+        "maxAttempts": item.max_attempts,
+        "dueAt": item.due_at,
+        "readyAt": item.ready_at,
+        "idempotencyKey": item.effective_idempotency_key,
+        "payload": _payload(item.payload_json),
+        "lastError": item.last_error,
+        "cancelRequested": item.cancel_requested,
+        "createdAt": item.created_at,
+        "finishedAt": item.finished_at,
+    }
+
+
+def attempt(item: Attempt) -> dict[str, Any]:
+    return {
+        "attempt": item.attempt,
+        "workerId": item.worker_id,
+        "leasedAt": item.leased_at,
+        "finishedAt": item.finished_at,
+        "outcome": item.outcome,
+        "error": item.error,
+    }
+
+
+def run_with_attempts(item: Run, attempts: list[Attempt]) -> dict[str, Any]:
+    document = run(item)
+    document["attempts"] = [attempt(a) for a in attempts]
+    return document
+
+
+def job(view: JobView) -> dict[str, Any]:
+    definition, summary = view.definition, view.summary
+    last = summary.last_run
+    return {
+        "name": definition.name,
+        "tenant": definition.tenant,
+        "spec": definition.spec.to_document(),
+        "paused": definition.paused,
+        "nextRunAt": definition.next_due_at,
+        "lastRun": None
+        if last is None
+        else {
+            "runId": last.run_id,
+            "state": last.state.value,
+            "dueAt": last.due_at,
+            "finishedAt": last.finished_at,
+        },
+        "activeRuns": summary.active,
+        "deadRuns": summary.dead,
+        "shard": definition.shard,
+        "createdAt": definition.created_at,
+        "updatedAt": definition.updated_at,
+    }
+
+
+def lease(item: Lease) -> dict[str, Any]:
+    return {
+        "runId": item.run_id,
+        "job": item.job,
+        "tenant": item.tenant,
+        "queue": item.queue,
+        "priority": Priority.from_rank(item.priority).value,
+        "attempt": item.attempt,
+        "idempotencyKey": item.effective_idempotency_key,
+        "fencingToken": item.fencing_token,
+        "dueAt": item.due_at,
+        "leaseExpiresAt": item.lease_expires_at,
+        "deadline": item.deadline,
+        "payload": _payload(item.payload_json),
+    }
+
+
+def extended(item: Extended) -> dict[str, Any]:
+    return {"leaseExpiresAt": item.lease_expires_at, "cancelRequested": item.cancel_requested}
+
+
+def completed(item: Completed) -> dict[str, Any]:
+    document: dict[str, Any] = {"state": item.state.value}
+    if item.next_attempt_at is not None:
+        document["nextAttemptAt"] = item.next_attempt_at
+    return document

@@ -1,0 +1,13 @@
+"""JSON responses rendered with orjson."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from tickwork.api import render
+
+
+def json(document: Any, status: int = 200) -> Response:
+    return Response(render.dumps(document), status, media_type="application/json")

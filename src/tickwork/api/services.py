@@ -1,0 +1,56 @@
+"""What the routes need, built once per app and passed explicitly (no globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tickwork.api.auth import Authenticator, Principal, authenticate_header
+from tickwork.dispatch import Dispatcher
+from tickwork.jobs import Jobs
+from tickwork.metrics import Metrics
+from tickwork.store.database import Database
+from tickwork.store.wakeup import ReadySignal
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    # Bounds every request body: a batch of 1 000 runs of 256 KiB each is not welcome.
+    max_body_bytes: int = 4 * 1024 * 1024
+    # A long-poll re-checks the database at least this often, in case a notification
+    # was lost while a listening connection was being re-established.
+    long_poll_recheck_seconds: float = 5.0
+    default_page_size: int = 50
+    max_page_size: int = 500
+
+
+@dataclass
+class Services:
+    database: Database
+    jobs: Jobs
+    dispatcher: Dispatcher
+    signal: ReadySignal
+    authenticator: Authenticator
+    metrics: Metrics
+    settings: ApiSettings = field(default_factory=ApiSettings)
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+# Declares the bearer scheme in the OpenAPI document; the header is checked below.
+_bearer = HTTPBearer(auto_error=False, description="A tickwork token.")
+
+
+async def principal(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    return await authenticate_header(
+        services(request).authenticator, request.headers.get("authorization")
+    )

@@ -1,0 +1,322 @@
+"""The worker path: lease (long-poll), heartbeat, complete, singly and in batches.
+
+These routes take the raw request, parse it with orjson and check fields by hand, pass
+job payloads through unparsed and render with orjson: on this path pydantic took about a
+fifth of the server's CPU. The pydantic models in ``models`` still document them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any, Final
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from tickwork.api import models, render, responses
+from tickwork.api.auth import Principal, Role, authenticate_header
+from tickwork.api.services import Services, services
+from tickwork.dispatch import CompleteItem, HeartbeatItem
+from tickwork.errors import Forbidden, InvalidRequest, TickworkError
+from tickwork.spec import Priority
+from tickwork.store.leases import Completed, Extended, Lease, Outcome
+
+router = APIRouter(prefix="/v1")
+
+MAX_ITEMS: Final = 100
+MAX_LEASE_SECONDS: Final = 21_600
+MAX_WAIT_SECONDS: Final = 20
+MAX_ERROR_BYTES: Final = 64 * 1024
+_DEFAULT_WORKER: Final = f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _schema(model: type[models.Model]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": model.model_json_schema(ref_template="#/components/schemas/{model}")
+                }
+            },
+        }
+    }
+
+
+_problems: dict[int | str, dict[str, Any]] = {
+    400: {"model": models.Problem, "description": "invalid-request"},
+    401: {"model": models.Problem, "description": "unauthenticated"},
+    403: {"model": models.Problem, "description": "forbidden"},
+    404: {"model": models.Problem, "description": "not-found"},
+    409: {"model": models.Problem, "description": "stale-lease"},
+}
+
+
+async def _worker(request: Request) -> tuple[Services, Principal]:
+    svc = services(request)
+    caller = await authenticate_header(svc.authenticator, request.headers.get("authorization"))
+    if caller.role is Role.team:
+        raise Forbidden("this call needs a worker token")
+    return svc, caller
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        document = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as error:
+        raise InvalidRequest(f"body is not JSON: {error}") from error
+    if not isinstance(document, dict):
+        raise InvalidRequest("body must be a JSON object")
+    return document
+
+
+def _number(
+    document: dict[str, Any],
+    key: str,
+    default: float | None,
+    low: float,
+    high: float,
+    where: str = "",
+) -> float:
+    value = document.get(key, default)
+    if value is None:
+        raise InvalidRequest(f"{where}{key} is required", field=where + key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(f"{where}{key} must be a number", field=where + key)
+    if not low <= value <= high:
+        raise InvalidRequest(
+            f"{where}{key} must be between {low:g} and {high:g}", field=where + key
+        )
+    return float(value)
+
+
+def _token(document: dict[str, Any], where: str = "") -> int:
+    value = document.get("fencingToken")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise InvalidRequest(
+            f"{where}fencingToken must be a positive integer", field=where + "fencingToken"
+        )
+    return value
+
+
+def _run_id(document: dict[str, Any], where: str) -> str:
+    value = document.get("runId")
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{where}runId must be a string", field=where + "runId")
+    return value
+
+
+def _check_keys(document: dict[str, Any], allowed: frozenset[str], where: str = "") -> None:
+    unknown = set(document) - allowed
+    if unknown:
+        name = sorted(unknown)[0]
+        raise InvalidRequest(f"{where}{name}: unknown field", field=where + name)
+
+
+_LEASE_KEYS: Final = frozenset({"queues", "max", "waitSeconds", "leaseSeconds", "workerId"})
+_BEAT_KEYS: Final = frozenset({"fencingToken", "extendSeconds"})
+_COMPLETE_KEYS: Final = frozenset({"fencingToken", "outcome", "error"})
+
+
+def _items(document: dict[str, Any]) -> list[dict[str, Any]]:
+    _check_keys(document, frozenset({"items"}))
+    items = document.get("items")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_ITEMS:
+        raise InvalidRequest(f"items must be a list of 1..{MAX_ITEMS} objects", field="items")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"items[{index}] must be an object", field=f"items[{index}]")
+    return items
+
+
+def _beat(document: dict[str, Any], run_id: str, where: str = "") -> HeartbeatItem:
+    _check_keys(document, _BEAT_KEYS | ({"runId"} if where else frozenset()), where)
+    return HeartbeatItem(
+        run_id,
+        _token(document, where),
+        _number(document, "extendSeconds", 30, 1, MAX_LEASE_SECONDS, where),
+    )
+
+
+def _completion(document: dict[str, Any], run_id: str, where: str = "") -> CompleteItem:
+    _check_keys(document, _COMPLETE_KEYS | ({"runId"} if where else frozenset()), where)
+    token = _token(document, where)
+    outcome = document.get("outcome")
+    if outcome not in ("succeeded", "failed"):
+        raise InvalidRequest(
+            f"{where}outcome must be 'succeeded' or 'failed'", field=where + "outcome"
+        )
+    error = document.get("error")
+    retryable = True
+    if error is not None:
+        if not isinstance(error, dict) or not isinstance(error.get("message", ""), str):
+            raise InvalidRequest(
+                f"{where}error must be {{message, retryable}}", field=where + "error"
+            )
+        flag = error.get("retryable", True)
+        if not isinstance(flag, bool):
+            raise InvalidRequest(
+                f"{where}error.retryable must be a boolean", field=where + "error.retryable"
+            )
+        retryable = flag
+        if len(orjson.dumps(error)) > MAX_ERROR_BYTES:
+            raise InvalidRequest(
+                f"{where}error is larger than {MAX_ERROR_BYTES} bytes", field=where + "error"
+            )
+    return CompleteItem(run_id, token, Outcome(outcome), error, retryable)
+
+
+def _count_refusal(svc: Services, error: TickworkError) -> None:
+    svc.metrics.refusals.labels(error.slug).inc()
+
+
+def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
+    for lease in granted:
+        priority = Priority.from_rank(lease.priority).value
+        svc.metrics.leases.labels(lease.queue, priority).inc()
+        if lease.attempt == 1:
+            lag = (lease.leased_at - lease.ready_at).total_seconds()
+            svc.metrics.start_lag.labels(priority).observe(max(lag, 0.0))
+
+
+@router.post(
+    "/lease",
+    summary="Lease up to max runs (long-poll up to waitSeconds)",
+    openapi_extra=_schema(models.LeaseRequest),
+    responses={200: {"model": models.LeaseResponse}, **_problems},
+)
+async def lease(request: Request) -> Response:
+    svc, caller = await _worker(request)
+    document = await _body(request)
+    _check_keys(document, _LEASE_KEYS)
+    queues = document.get("queues")
+    if (
+        not isinstance(queues, list)
+        or not 1 <= len(queues) <= 100
+        or not all(isinstance(q, str) and q for q in queues)
+    ):
+        raise InvalidRequest("queues must be a list of 1..100 queue names", field="queues")
+    caller.check_queues(queues)
+    limit = int(_number(document, "max", 1, 1, MAX_ITEMS))
+    if document.get("max", 1) != limit:
+        raise InvalidRequest("max must be an integer", field="max")
+    wait = _number(document, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
+    lease_seconds = _number(document, "leaseSeconds", 30, 1, MAX_LEASE_SECONDS)
+    worker_id = document.get("workerId") or _DEFAULT_WORKER
+    if not isinstance(worker_id, str) or len(worker_id) > 256:
+        raise InvalidRequest(
+            "workerId must be a string of at most 256 characters", field="workerId"
+        )
+    tenant = None if caller.role is Role.admin else caller.tenant
+
+    async def claim() -> list[Lease]:
+        return await svc.dispatcher.lease(queues, limit, worker_id, lease_seconds, tenant)
+
+    granted = await claim()
+    if not granted and wait > 0:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        async with svc.signal.waiter(queues) as waiter:
+            # Look once more now that we are registered: a run made ready between the
+            # first claim and the registration has already sent its notification.
+            granted = await claim()
+            while not granted:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or await request.is_disconnected():
+                    break
+                await waiter.wait(min(remaining, svc.settings.long_poll_recheck_seconds))
+                granted = await claim()
+    _count_leases(svc, granted)
+    return responses.json({"leases": [render.lease(item) for item in granted]})
+
+
+def _single(result: Extended | Completed | TickworkError, svc: Services) -> Response:
+    if isinstance(result, TickworkError):
+        _count_refusal(svc, result)
+        raise result
+    if isinstance(result, Extended):
+        return responses.json(render.extended(result))
+    svc.metrics.completions.labels(result.state.value).inc()
+    return responses.json(render.completed(result))
+
+
+@router.post(
+    "/runs/{runId}/heartbeat",
+    summary="Extend a lease",
+    openapi_extra=_schema(models.HeartbeatRequest),
+    responses={200: {"model": models.HeartbeatResponse}, **_problems},
+)
+async def heartbeat(runId: str, request: Request) -> Response:
+    svc, caller = await _worker(request)
+    item = _beat(await _body(request), runId)
+    [result] = await svc.dispatcher.heartbeat([item], caller.worker_scope())
+    return _single(result, svc)
+
+
+@router.post(
+    "/runs/{runId}/complete",
+    summary="Report the outcome of a leased run",
+    openapi_extra=_schema(models.CompleteRequest),
+    responses={200: {"model": models.CompleteResponse}, **_problems},
+)
+async def complete(runId: str, request: Request) -> Response:
+    svc, caller = await _worker(request)
+    item = _completion(await _body(request), runId)
+    [result] = await svc.dispatcher.complete([item], caller.worker_scope())
+    return _single(result, svc)
+
+
+def _batch_results(
+    svc: Services,
+    run_ids: Sequence[str],
+    results: Sequence[Extended | Completed | TickworkError],
+) -> Response:
+    rendered: list[dict[str, Any]] = []
+    for run_id, result in zip(run_ids, results, strict=True):
+        if isinstance(result, TickworkError):
+            _count_refusal(svc, result)
+            rendered.append({"runId": run_id, "problem": render.problem(result)})
+        elif isinstance(result, Extended):
+            rendered.append({"runId": run_id, **render.extended(result)})
+        else:
+            svc.metrics.completions.labels(result.state.value).inc()
+            rendered.append({"runId": run_id, **render.completed(result)})
+    return responses.json({"items": rendered})
+
+
+@router.post(
+    "/runs:heartbeat",
+    summary="Heartbeat many leased runs (one statement per shard touched)",
+    openapi_extra=_schema(models.HeartbeatBatchRequest),
+    responses={200: {"model": models.BatchResults}, **_problems},
+)
+async def heartbeat_batch(request: Request) -> Response:
+    svc, caller = await _worker(request)
+    items = _items(await _body(request))
+    beats = [
+        _beat(item, _run_id(item, f"items[{i}]."), f"items[{i}].") for i, item in enumerate(items)
+    ]
+    results = await svc.dispatcher.heartbeat(beats, caller.worker_scope())
+    return _batch_results(svc, [b.run_id for b in beats], results)
+
+
+@router.post(
+    "/runs:complete",
+    summary="Complete many leased runs (one statement per shard touched)",
+    openapi_extra=_schema(models.CompleteBatchRequest),
+    responses={200: {"model": models.BatchResults}, **_problems},
+)
+async def complete_batch(request: Request) -> Response:
+    svc, caller = await _worker(request)
+    items = _items(await _body(request))
+    completions = [
+        _completion(item, _run_id(item, f"items[{i}]."), f"items[{i}].")
+        for i, item in enumerate(items)
+    ]
+    results = await svc.dispatcher.complete(completions, caller.worker_scope())
+    return _batch_results(svc, [c.run_id for c in completions], results)

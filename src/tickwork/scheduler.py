@@ -1,0 +1,121 @@
+"""The scheduler role: for every shard it owns, at least once a second, materialise due
+cron runs, flip due runs to ``ready``, skip runs past their starting deadline and reap
+expired leases. Each step is one single-shard transaction and idempotent, so a new
+owner after a failover simply runs them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tickwork.clock import Clock, DatabaseClock
+from tickwork.store import leases
+from tickwork.store.database import Connection, Database
+
+logger = logging.getLogger(__name__)
+
+# A step takes one shard's connection and the pinned instant (None: database clock)
+# and returns how many rows it changed.
+Step = Callable[[Connection, int, datetime | None], Awaitable[int]]
+
+
+@dataclass
+class TickReport:
+    """What one pass over one shard did."""
+
+    shard: int
+    promoted: int = 0
+    skipped: int = 0
+    reaped: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Scheduler:
+    """Runs the per-shard loops. ``shards`` are the shards this replica owns."""
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        clock: Clock | None = None,
+        shards: Sequence[int] | None = None,
+        interval: float = 1.0,
+        batch: int = 5000,
+        steps: dict[str, Step] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.database = database
+        self.clock = clock or DatabaseClock()
+        self.shards = list(range(database.shard_count) if shards is None else shards)
+        self.interval = interval
+        self.batch = batch
+        self.steps = dict(steps or {})
+        self.rng = rng
+        # Test signal: set after every full pass over the owned shards.
+        self.passed = asyncio.Event()
+        self.passes = 0
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Run the next pass now instead of at the next interval."""
+        self._wake.set()
+
+    async def tick(self, shard: int) -> TickReport:
+        now = self.clock.now()
+        report = TickReport(shard)
+        async with self.database.connection(shard) as conn:
+            for name, step in self.steps.items():
+                report.extra[name] = await step(conn, shard, now)
+            promoted = await leases.promote_due(conn, self.batch, now)
+            report.promoted, report.skipped = promoted.ready, promoted.skipped
+            reaped = await leases.reap(conn, self.batch, now, self.rng)
+            report.reaped = reaped.total
+        if report.promoted or report.skipped or report.reaped or any(report.extra.values()):
+            logger.info(
+                "scheduler pass",
+                extra={
+                    "action": "scheduler-pass",
+                    "shard": shard,
+                    "promoted": report.promoted,
+                    "skipped": report.skipped,
+                    "reaped": report.reaped,
+                    **report.extra,
+                },
+            )
+        return report
+
+    async def pass_once(self) -> list[TickReport]:
+        reports = []
+        for shard in self.shards:
+            try:
+                reports.append(await self.tick(shard))
+            except (TimeoutError, OSError) as error:
+                # One unreachable shard must not stop the others.
+                logger.warning(
+                    "shard unreachable: %s",
+                    error,
+                    extra={"action": "scheduler-error", "shard": shard},
+                )
+        self.passes += 1
+        self.passed.set()
+        return reports
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Pass over the shards every ``interval`` seconds until ``stop`` is set."""
+        while not stop.is_set():
+            await self.pass_once()
+            self._wake.clear()
+            stopped = asyncio.create_task(stop.wait())
+            woken = asyncio.create_task(self._wake.wait())
+            try:
+                await asyncio.wait(
+                    {stopped, woken}, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                stopped.cancel()
+                woken.cancel()
