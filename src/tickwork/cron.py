@@ -1,0 +1,506 @@
+"""Cron fire times: a Vixie cron expression read in an IANA zone, answered in UTC.
+
+Everything here is pure: no clock is read, the instant is always a parameter and
+must be timezone-aware. croniter does the calendar arithmetic on naive *local*
+wall times; this module adds what the product promises on top of it (see
+``docs/cron.md``):
+
+* a strict Vixie grammar. croniter also accepts ``H``, ``W``, ``?``, 6 and 7
+  fields, wrapping ranges, and reads ``5-5`` as the whole field; a scheduler must
+  refuse what it would otherwise have to guess, and name the field that is wrong;
+* the day-of-month / day-of-week rule by field *text* (a field starting with
+  ``*`` is unrestricted), expressed to croniter as a union of plain
+  intersections so its own OR handling (which keeps ``#`` and ``L`` as
+  intersections) is never used;
+* the DST layer. croniter's own zone handling has known bugs, so it only ever
+  sees naive wall times and each matching wall time is mapped to instants here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from itertools import islice
+from typing import Any, Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from croniter.croniter import CroniterError
+
+__all__ = ["CronError", "CronSchedule", "validate"]
+
+# A wall-clock jump longer than this is not DST but a zone changing its offset for
+# good (Pacific/Apia skipped 2011-12-30 entirely). Vixie cron treats such a jump as
+# the clock being set and does not run the fixed-time jobs it skipped; so do we.
+# Every real DST gap is at most 2 hours.
+MAX_GAP_RUN: Final = timedelta(hours=3)
+
+# No zone's offset changes by more than 26 hours in total, so looking this far
+# ahead (or back) of an instant is enough to see any fall-back that makes local
+# wall time run backwards near it.
+_OFFSET_HORIZON: Final = timedelta(hours=27)
+
+# One search visits at most the matches in a window of about a day of wall time
+# (the fall-back slack) plus one; a minutely job has 1440 matches a day.
+_MAX_STEPS: Final = 10_000
+
+# The 28 years from 2000 hold every one of the 14 kinds of Gregorian year (leap or
+# not, times the weekday of 1 January), so a day pattern that matches no date in
+# them -- 31 February, the 30th of February -- matches no date ever. 8 years would
+# wrongly refuse "fifth Monday of February" (2016, then 2044).
+_PROBE_START: Final = datetime(2000, 1, 1)
+_PROBE_YEARS: Final = 28
+
+_MINUTE: Final = timedelta(minutes=1)
+_SECOND: Final = timedelta(seconds=1)
+
+_FIELD_NAMES: Final = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_BOUNDS: Final = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+_MONTH_NAMES: Final = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_WEEKDAY_NAMES: Final = {
+    name: number for number, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))
+}
+_NAMES: Final[tuple[dict[str, int], ...]] = ({}, {}, {}, _MONTH_NAMES, _WEEKDAY_NAMES)
+
+_VALUE: Final = r"(\d+|[a-zA-Z]+)"
+_RANGE_RE: Final = re.compile(rf"^{_VALUE}(?:-{_VALUE})?(?:/(\d+))?$")
+_STAR_RE: Final = re.compile(r"^\*(?:/(\d+))?$")
+_LAST_WEEKDAY_RE: Final = re.compile(rf"^{_VALUE}[lL]$")
+_NTH_WEEKDAY_RE: Final = re.compile(rf"^{_VALUE}#(\d+)$")
+
+# Zone keys that name the machine's own setting rather than a place: the same
+# job would fire at different instants on different hosts.
+_MACHINE_ZONES: Final = frozenset({"localtime", "posixrules", "Factory"})
+
+
+class CronError(ValueError):
+    """A cron expression or time zone that tickwork refuses.
+
+    ``field`` names the part that is wrong (``minute`` .. ``day-of-week``,
+    ``expression`` for the shape of the whole, ``zone``); ``value`` is the
+    offending text when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str, value: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+@dataclass(frozen=True)
+class _DayFields:
+    """Parsed day-of-month and day-of-week, in the forms croniter understands."""
+
+    days: tuple[int, ...]
+    last_day: bool
+    weekdays: tuple[int, ...]
+    # (weekday, n) for ``weekday#n``; n is 1..5
+    nth_weekdays: tuple[tuple[int, int], ...]
+    # weekday for ``weekdayL``
+    last_weekdays: tuple[int, ...]
+
+
+def _fail(index: int, message: str, value: str) -> CronError:
+    return CronError(
+        f"{_FIELD_NAMES[index]} field: {message}", field=_FIELD_NAMES[index], value=value
+    )
+
+
+def _value(index: int, text: str, item: str) -> int:
+    low, high = _BOUNDS[index]
+    if text.isdigit():
+        number = int(text)
+    else:
+        names = _NAMES[index]
+        if text.lower() not in names:
+            if names:
+                hint = f"expected a number {low}-{high} or a name like {next(iter(names))!r}"
+            elif index == 2:
+                hint = f"expected a number {low}-{high}, or 'L' as a list item of its own"
+            else:
+                hint = f"expected a number {low}-{high}"
+            where = "" if text == item else f" in {item!r}"
+            raise _fail(index, f"{text!r}{where} is not a value ({hint})", item)
+        number = names[text.lower()]
+    if not low <= number <= high:
+        where = "" if text == item else f" in {item!r}"
+        raise _fail(index, f"{number}{where} is out of range {low}-{high}", item)
+    return number
+
+
+def _step(index: int, text: str | None, item: str) -> int:
+    if text is None:
+        return 1
+    step = int(text)
+    if step < 1:
+        raise _fail(index, f"step 0 in {item!r} is not allowed", item)
+    return step
+
+
+def _expand_item(index: int, item: str) -> range:
+    """The values of one list item that is ``*``, a value or a range, with a step."""
+    low, high = _BOUNDS[index]
+    star = _STAR_RE.match(item)
+    if star:
+        return range(low, high + 1, _step(index, star.group(1), item))
+    matched = _RANGE_RE.match(item)
+    if not matched:
+        raise _fail(index, f"cannot read {item!r}", item)
+    first_text, last_text, step_text = matched.groups()
+    first = _value(index, first_text, item)
+    if last_text is None:
+        if step_text is not None:
+            # Vixie cron only steps through a range; "5/15" is Quartz syntax and
+            # would have to be guessed.
+            raise _fail(
+                index,
+                f"a step needs a range or '*' in {item!r} "
+                f"(write '{first_text}-{high}/{step_text}' or '*/{step_text}')",
+                item,
+            )
+        return range(first, first + 1)
+    last = _value(index, last_text, item)
+    if first > last:
+        raise _fail(index, f"range {item!r} runs backwards ({first} > {last})", item)
+    return range(first, last + 1, _step(index, step_text, item))
+
+
+def _items(index: int, text: str) -> list[str]:
+    items = text.split(",")
+    if any(not item for item in items):
+        raise _fail(index, f"empty list item in {text!r}", text)
+    return items
+
+
+def _parse_plain(index: int, text: str) -> tuple[int, ...]:
+    values: set[int] = set()
+    for item in _items(index, text):
+        values.update(_expand_item(index, item))
+    return tuple(sorted(values))
+
+
+def _parse_days(day_text: str, weekday_text: str) -> _DayFields:
+    day_index, weekday_index = 2, 4
+    days: set[int] = set()
+    last_day = False
+    for item in _items(day_index, day_text):
+        if item in ("L", "l"):
+            last_day = True
+        else:
+            days.update(_expand_item(day_index, item))
+
+    weekdays: set[int] = set()
+    nth: set[tuple[int, int]] = set()
+    last_weekdays: set[int] = set()
+    for item in _items(weekday_index, weekday_text):
+        if item in ("L", "l"):
+            # Quartz reads a bare L here as Saturday; Vixie has no such thing.
+            raise _fail(
+                weekday_index, "'L' needs a weekday here, e.g. '5L' for the last Friday", item
+            )
+        last_match = _LAST_WEEKDAY_RE.match(item)
+        nth_match = _NTH_WEEKDAY_RE.match(item)
+        if last_match and not (item.isalpha() and item.lower() in _WEEKDAY_NAMES):
+            last_weekdays.add(_value(weekday_index, last_match.group(1), item) % 7)
+        elif nth_match:
+            weekday = _value(weekday_index, nth_match.group(1), item) % 7
+            number = int(nth_match.group(2))
+            if not 1 <= number <= 5:
+                raise _fail(weekday_index, f"{item!r}: the week number must be 1-5", item)
+            nth.add((weekday, number))
+        else:
+            # Sunday is both 0 and 7.
+            weekdays.update(value % 7 for value in _expand_item(weekday_index, item))
+    return _DayFields(
+        days=tuple(sorted(days)),
+        last_day=last_day,
+        weekdays=tuple(sorted(weekdays)),
+        nth_weekdays=tuple(sorted(nth)),
+        last_weekdays=tuple(sorted(last_weekdays)),
+    )
+
+
+def _join(values: tuple[int, ...], full: int) -> str:
+    if len(values) == full:
+        return "*"
+    return ",".join(str(value) for value in values)
+
+
+def _clause_expressions(fields: list[str]) -> list[str]:
+    """croniter expressions whose union is the schedule of ``fields``.
+
+    Each is evaluated with ``day_or=False``, so croniter intersects its day fields.
+    """
+    minute_text, hour_text, day_text, month_text, weekday_text = fields
+    minutes = _join(_parse_plain(0, minute_text), 60)
+    hours = _join(_parse_plain(1, hour_text), 24)
+    months = _join(_parse_plain(3, month_text), 12)
+    day_fields = _parse_days(day_text, weekday_text)
+
+    day_parts = [str(day) for day in day_fields.days]
+    if day_fields.last_day:
+        day_parts.append("L")
+    days = "*" if len(day_fields.days) == 31 else ",".join(day_parts)
+
+    # croniter refuses a day-of-week list that mixes plain weekdays with "#"/"L"
+    # items; a list is a union, so it becomes one clause per kind.
+    weekday_groups: list[str] = []
+    if day_fields.weekdays:
+        weekday_groups.append(_join(day_fields.weekdays, 7))
+    special = [f"{weekday}#{number}" for weekday, number in day_fields.nth_weekdays]
+    special += [f"L{weekday}" for weekday in day_fields.last_weekdays]
+    if special:
+        weekday_groups.append(",".join(special))
+
+    prefix = f"{minutes} {hours}"
+    if day_text.startswith("*") or weekday_text.startswith("*"):
+        # Vixie: either field starting with '*' makes the two an intersection.
+        return [f"{prefix} {days} {months} {group}" for group in weekday_groups]
+    # Both restricted: a day matching either field fires.
+    return [f"{prefix} {days} {months} *"] + [
+        f"{prefix} * {months} {group}" for group in weekday_groups
+    ]
+
+
+def _clause_fires(expression: str) -> bool:
+    probe = croniter(expression, _PROBE_START, day_or=False, max_years_between_matches=_PROBE_YEARS)
+    try:
+        probe.get_next(datetime)
+    except CroniterError:
+        return False
+    return True
+
+
+def _fresh(template: Any) -> Any:
+    """A croniter that shares ``template``'s parsed fields but not its position.
+
+    get_next moves the object it is called on, so concurrent callers must not
+    share one; this is ``copy.copy`` without its generic dispatch, a few times
+    cheaper on the hot path.
+    """
+    clone = object.__new__(type(template))
+    clone.__dict__.update(template.__dict__)
+    return clone
+
+
+def _load_zone(zone: str) -> ZoneInfo:
+    if zone in _MACHINE_ZONES:
+        raise CronError(
+            f"time zone {zone!r} is not a place; use an IANA name like 'Europe/Berlin'",
+            field="zone",
+            value=zone,
+        )
+    try:
+        return ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise CronError(
+            f"unknown time zone {zone!r} (expected an IANA name like 'Europe/Berlin')",
+            field="zone",
+            value=zone,
+        ) from None
+
+
+def _require_aware(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got naive {value!r}")
+    return value.astimezone(UTC)
+
+
+def _offset(instant: datetime, zone: tzinfo) -> timedelta:
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None  # a ZoneInfo always knows its offset
+    return offset
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    """A parsed cron expression in a zone; build it with :meth:`parse`.
+
+    ``expression`` is stored with its whitespace normalised to single spaces.
+    ``fixed_hour`` is true when the hour field does not start with ``*``: it
+    decides how DST gaps and overlaps are treated (see ``docs/cron.md``).
+
+    Instances are immutable and safe to share between threads.
+    """
+
+    expression: str
+    zone: str = "UTC"
+    fixed_hour: bool = field(init=False)
+    _tz: ZoneInfo = field(init=False, repr=False, compare=False)
+    # croniter objects keep their position as state; each call works on a copy.
+    _clauses: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = self.expression.split()
+        normalised = " ".join(fields)
+        if len(fields) != 5:
+            raise CronError(
+                f"cron expression {normalised!r} has {len(fields)} fields, expected 5 "
+                "(minute hour day-of-month month day-of-week)",
+                field="expression",
+                value=self.expression,
+            )
+        tz = _load_zone(self.zone)
+        try:
+            expressions = _clause_expressions(fields)
+        except CronError as error:
+            raise CronError(
+                f"invalid cron expression {normalised!r}: {error}",
+                field=error.field,
+                value=error.value,
+            ) from None
+        try:
+            living = [expression for expression in expressions if _clause_fires(expression)]
+        except CroniterError as error:  # pragma: no cover - the grammar above is stricter
+            raise CronError(
+                f"invalid cron expression {normalised!r}: {error}",
+                field="expression",
+                value=self.expression,
+            ) from None
+        if not living:
+            raise CronError(
+                f"cron expression {normalised!r} never fires: no calendar date matches "
+                "its day-of-month, month and day-of-week fields",
+                field="expression",
+                value=self.expression,
+            )
+        object.__setattr__(self, "expression", normalised)
+        object.__setattr__(self, "fixed_hour", not fields[1].startswith("*"))
+        object.__setattr__(self, "_tz", tz)
+        object.__setattr__(
+            self,
+            "_clauses",
+            tuple(croniter(expression, _PROBE_START, day_or=False) for expression in living),
+        )
+
+    @classmethod
+    def parse(cls, expression: str, zone: str = "UTC") -> CronSchedule:
+        """Validate ``expression`` in ``zone``; raise :class:`CronError` if refused."""
+        return cls(expression, zone)
+
+    @property
+    def tzinfo(self) -> ZoneInfo:
+        return self._tz
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        """The first fire instant strictly after ``instant``, in UTC.
+
+        ``None`` only when the calendar runs out (past year 9999).
+        """
+        after = _require_aware(instant, "instant")
+        tz = self._tz
+        # Instants after ``after`` can show a wall time earlier than ``after``'s own
+        # only if a fall-back follows soon; start the wall-time search that much
+        # earlier.
+        lowest_offset = min(_offset(after, tz), _offset(after + _OFFSET_HORIZON, tz))
+        start_wall = after.replace(tzinfo=None) + lowest_offset
+        cursor = start_wall.replace(second=0, microsecond=0) - _MINUTE
+
+        best: datetime | None = None
+        for _ in range(_MAX_STEPS):
+            wall = self._next_wall(cursor)
+            if wall is None:
+                return best
+            for candidate in self._instants(wall):
+                if candidate > after and (best is None or candidate < best):
+                    best = candidate
+            if best is not None and wall >= self._last_useful_wall(after, best):
+                return best
+            cursor = wall
+        raise RuntimeError(  # pragma: no cover - bounded by the fall-back slack
+            f"no fire time of {self.expression!r} found after {instant.isoformat()}"
+        )
+
+    def iter_after(self, instant: datetime) -> Iterator[datetime]:
+        """Fire instants strictly after ``instant``, in increasing UTC order."""
+        current: datetime | None = _require_aware(instant, "instant")
+        while current is not None:
+            current = self.next_after(current)
+            if current is not None:
+                yield current
+
+    def between(self, start: datetime, end: datetime) -> list[datetime]:
+        """Fire instants in ``(start, end]``."""
+        limit = _require_aware(end, "end")
+        result: list[datetime] = []
+        for instant in self.iter_after(start):
+            if instant > limit:
+                break
+            result.append(instant)
+        return result
+
+    def preview(self, after: datetime, count: int) -> list[datetime]:
+        """The next ``count`` fire instants after ``after``."""
+        if count < 0:
+            raise ValueError(f"count must not be negative, got {count}")
+        return list(islice(self.iter_after(after), count))
+
+    def _next_wall(self, after_wall: datetime) -> datetime | None:
+        """The first matching naive local wall time strictly after ``after_wall``."""
+        best: datetime | None = None
+        for template in self._clauses:
+            try:
+                wall: datetime = _fresh(template).get_next(datetime, start_time=after_wall)
+            except (CroniterError, OverflowError, ValueError):
+                continue  # this clause has no match left before year 9999
+            if best is None or wall < best:
+                best = wall
+        return best
+
+    def _instants(self, wall: datetime) -> tuple[datetime, ...]:
+        """The fire instants a matching local wall time stands for, in UTC order."""
+        tz = self._tz
+        first = wall.replace(tzinfo=tz).astimezone(UTC)
+        second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
+        if first == second:
+            return (first,)
+        if first < second:
+            # Repeated wall time (fall-back): fold=0 is the first occurrence.
+            return (first,) if self.fixed_hour else (first, second)
+        # Wall time inside a gap: fold=0 read it with the offset before the gap
+        # (an instant after the jump), fold=1 with the one after (an instant before).
+        if self.fixed_hour and first - second <= MAX_GAP_RUN:
+            return (self._gap_end(second, first),)
+        return ()
+
+    def _gap_end(self, before: datetime, after: datetime) -> datetime:
+        """The instant of the offset change between ``before`` and ``after``."""
+        tz = self._tz
+        offset_before = _offset(before, tz)
+        # At most 3 hours apart: about 14 halvings down to the second.
+        while after - before > _SECOND:
+            middle = before + (after - before) / 2
+            middle = middle.replace(microsecond=0)
+            if middle <= before:
+                middle = before + _SECOND
+            if _offset(middle, tz) == offset_before:
+                before = middle
+            else:
+                after = middle
+        return after
+
+    def _last_useful_wall(self, after: datetime, best: datetime) -> datetime:
+        """Past this wall time no match can give an instant in ``(after, best)``.
+
+        Such an instant ``u`` shows a wall time at most the highest one shown during
+        ``(after, best]``: ``best``'s own, unless a fall-back in that window made
+        the clock run backwards, by at most the drop in offset.
+        """
+        tz = self._tz
+        offset_best = _offset(best, tz)
+        earlier = max(after, best - _OFFSET_HORIZON)
+        drop = max(_offset(earlier, tz) - offset_best, timedelta(0))
+        return best.replace(tzinfo=None) + offset_best + drop
+
+
+def validate(expression: str, zone: str = "UTC") -> None:
+    """Raise :class:`CronError` if ``expression`` in ``zone`` would be refused."""
+    CronSchedule.parse(expression, zone)

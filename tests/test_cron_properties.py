@@ -1,0 +1,209 @@
+"""Property tests for ``tickwork.cron`` over generated expressions and zones.
+
+The matcher here is a small independent reading of cron text (the DST suite has
+its own; test modules do not import each other so either can move freely).
+"""
+
+from __future__ import annotations
+
+import calendar
+import itertools
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tickwork import cron
+
+MINUTE = timedelta(minutes=1)
+MAX_GAP_RUN = timedelta(hours=3)
+MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+NAMES = {name: number for number, name in enumerate(MONTHS, 1)} | {
+    name: number for number, name in enumerate(WEEKDAYS)
+}
+
+MINUTE_PIECES = ["*", "*/15", "0", "30", "0,30", "5-50/15", "*/7", "59", "0-4"]
+HOUR_PIECES = ["*", "*/3", "2", "1-3", "0,12", "2,3", "*/5", "9-17", "0-23/2", "1", "0"]
+DAY_PIECES = ["*", "1", "15", "L", "*/10", "1-7", "29", "31", "1,L", "30"]
+MONTH_PIECES = ["*", "2", "3,10", "*/4", "jan-jun", "11", "feb", "4,9-11"]
+WEEKDAY_PIECES = ["*", "0", "1-5", "5L", "1#2", "mon,fri", "*/2", "0#1", "sun#5,3", "7", "6L,1"]
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Asia/Kolkata",
+    "Pacific/Apia",
+    "America/Sao_Paulo",
+    "America/Santiago",
+    "Antarctica/Troll",
+]
+# Instants near transitions (UTC), where mistakes live.
+ANCHORS = [
+    datetime(2024, 3, 31, 1, tzinfo=UTC),
+    datetime(2024, 10, 27, 1, tzinfo=UTC),
+    datetime(2024, 3, 10, 7, tzinfo=UTC),
+    datetime(2024, 11, 3, 6, tzinfo=UTC),
+    datetime(2024, 10, 5, 15, 30, tzinfo=UTC),
+    datetime(2024, 4, 6, 15, tzinfo=UTC),
+    datetime(2011, 12, 30, 10, tzinfo=UTC),
+    datetime(2018, 11, 4, 3, tzinfo=UTC),
+    datetime(2019, 2, 17, 2, tzinfo=UTC),
+    datetime(2024, 4, 7, 3, tzinfo=UTC),
+    datetime(2024, 9, 8, 4, tzinfo=UTC),
+]
+
+
+def _number(text: str) -> int:
+    return int(text) if text.isdigit() else NAMES[text]
+
+
+def _values(text: str, low: int, high: int) -> set[int]:
+    result: set[int] = set()
+    for item in text.split(","):
+        body, _, step = item.partition("/")
+        if body == "*":
+            first, last = low, high
+        elif "-" in body:
+            first_text, last_text = body.split("-")
+            first, last = _number(first_text), _number(last_text)
+        else:
+            first = last = _number(body)
+        result.update(range(first, last + 1, int(step or 1)))
+    return result
+
+
+def matcher(expression: str) -> tuple[bool, Callable[[datetime], bool]]:
+    """(fixed_hour, predicate over naive wall times)."""
+    minute, hour, dom, month, dow = expression.split()
+    minutes, hours, months = _values(minute, 0, 59), _values(hour, 0, 23), _values(month, 1, 12)
+    plain_days = [i for i in dom.split(",") if i != "L"]
+    days = _values(",".join(plain_days), 1, 31) if plain_days else set()
+    last_day = "L" in dom.split(",")
+    weekdays: set[int] = set()
+    nth: set[tuple[int, int]] = set()
+    last_weekdays: set[int] = set()
+    for item in dow.split(","):
+        if "#" in item:
+            weekday, number = item.split("#")
+            nth.add((next(iter(_values(weekday, 0, 7))) % 7, int(number)))
+        elif item.endswith("L"):
+            last_weekdays.add(int(item[:-1]) % 7)
+        else:
+            weekdays.update(v % 7 for v in _values(item, 0, 7))
+    day_and = dom.startswith("*") or dow.startswith("*")
+
+    def matches(wall: datetime) -> bool:
+        if wall.minute not in minutes or wall.hour not in hours or wall.month not in months:
+            return False
+        length = calendar.monthrange(wall.year, wall.month)[1]
+        by_day = wall.day in days or (last_day and wall.day == length)
+        weekday = (wall.weekday() + 1) % 7
+        by_weekday = (
+            weekday in weekdays
+            or (weekday, (wall.day - 1) // 7 + 1) in nth
+            or (weekday in last_weekdays and wall.day + 7 > length)
+        )
+        return (by_day and by_weekday) if day_and else (by_day or by_weekday)
+
+    return not hour.startswith("*"), matches
+
+
+def explains(instant: datetime, expression: str, zone: str) -> bool:
+    """True if ``instant`` is a matching wall time, or the end of a gap holding one."""
+    fixed_hour, matches = matcher(expression)
+    tz = ZoneInfo(zone)
+    local = instant.astimezone(tz)
+    wall = local.replace(tzinfo=None)
+    if matches(wall) and (local.fold == 0 or not fixed_hour):
+        return True
+    previous = (instant - MINUTE).astimezone(tz).replace(tzinfo=None)
+    skipped = wall - previous - MINUTE
+    if not (fixed_hour and timedelta(0) < skipped <= MAX_GAP_RUN):
+        return False
+    missing = previous + MINUTE
+    while missing < wall:
+        if matches(missing):
+            return True
+        missing += MINUTE
+    return False
+
+
+def reference(expression: str, zone: str, start: datetime, end: datetime) -> list[datetime]:
+    instant = start.replace(second=0, microsecond=0) + MINUTE
+    fires = []
+    while instant <= end:
+        if explains(instant, expression, zone):
+            fires.append(instant)
+        instant += MINUTE
+    return fires
+
+
+expressions = st.tuples(
+    st.sampled_from(MINUTE_PIECES),
+    st.sampled_from(HOUR_PIECES),
+    st.sampled_from(DAY_PIECES),
+    st.sampled_from(MONTH_PIECES),
+    st.sampled_from(WEEKDAY_PIECES),
+).map(" ".join)
+
+instants = st.one_of(
+    st.builds(
+        lambda anchor, minutes, seconds: anchor + timedelta(minutes=minutes, seconds=seconds),
+        st.sampled_from(ANCHORS),
+        st.integers(-36 * 60, 36 * 60),
+        st.integers(0, 59),
+    ),
+    st.datetimes(
+        min_value=datetime(1995, 1, 1), max_value=datetime(2040, 1, 1), timezones=st.just(UTC)
+    ),
+)
+
+
+def schedule_or_skip(expression: str, zone: str) -> cron.CronSchedule:
+    try:
+        return cron.CronSchedule.parse(expression, zone)
+    except cron.CronError as error:
+        assert "never fires" in str(error), error
+        assume(False)
+        raise
+
+
+@settings(max_examples=200, deadline=None)
+@given(expression=expressions, zone=st.sampled_from(ZONES), after=instants)
+def test_fires_increase_and_are_explained(expression: str, zone: str, after: datetime) -> None:
+    schedule = schedule_or_skip(expression, zone)
+    fires = schedule.preview(after, 6)
+    assert fires, "every accepted schedule fires again before year 9999"
+    assert all(fire.tzinfo is UTC for fire in fires)
+    assert after < fires[0]
+    assert all(a < b for a, b in itertools.pairwise(fires))
+    for fire in fires:
+        assert explains(fire, expression, zone), fire
+        # Nothing fires between a second before a fire and the fire itself.
+        assert schedule.next_after(fire - timedelta(seconds=1)) == fire
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    expression=st.tuples(
+        st.sampled_from(MINUTE_PIECES),
+        st.sampled_from(HOUR_PIECES),
+        st.sampled_from(["*", "1", "L", "*/10"]),
+        st.just("*"),
+        st.sampled_from(["*", "1-5", "0", "*/2", "6L"]),
+    ).map(" ".join),
+    zone=st.sampled_from(ZONES),
+    anchor=st.sampled_from(ANCHORS),
+    minutes=st.integers(-24 * 60, 24 * 60),
+)
+def test_no_fire_is_missed_near_transitions(
+    expression: str, zone: str, anchor: datetime, minutes: int
+) -> None:
+    schedule = cron.CronSchedule.parse(expression, zone)
+    start = anchor + timedelta(minutes=minutes)
+    end = start + timedelta(hours=30)
+    assert schedule.between(start, end) == reference(expression, zone, start, end)
