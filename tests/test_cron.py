@@ -187,6 +187,12 @@ def test_preview_and_iter_after_agree() -> None:
 def test_the_end_of_the_calendar_is_none() -> None:
     schedule = cron.CronSchedule.parse("0 0 1 1 *")
     assert schedule.next_after(utc("9999-06-01T00:00")) is None
+    assert (
+        cron.CronSchedule.parse("* * * * *", "Pacific/Kiritimati").next_after(
+            datetime(9999, 12, 31, 23, 59, tzinfo=UTC)
+        )
+        is None
+    )
     assert schedule.preview(utc("9998-06-01T00:00"), 5) == [utc("9999-01-01T00:00")]
 
 

@@ -396,6 +396,12 @@ class CronSchedule:
         ``None`` only when the calendar runs out (past year 9999).
         """
         after = _require_aware(instant, "instant")
+        try:
+            return self._next_after(after)
+        except OverflowError:
+            return None  # the last day of year 9999: nothing after it can be told
+
+    def _next_after(self, after: datetime) -> datetime | None:
         tz = self._tz
         # Instants after ``after`` can show a wall time earlier than ``after``'s own
         # only if a fall-back follows soon; start the wall-time search that much
@@ -416,7 +422,7 @@ class CronSchedule:
                 return best
             cursor = wall
         raise RuntimeError(  # pragma: no cover - bounded by the fall-back slack
-            f"no fire time of {self.expression!r} found after {instant.isoformat()}"
+            f"no fire time of {self.expression!r} found after {after.isoformat()}"
         )
 
     def iter_after(self, instant: datetime) -> Iterator[datetime]:
