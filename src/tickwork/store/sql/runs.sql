@@ -35,10 +35,12 @@ ORDER BY id DESC
 LIMIT $5
 
 -- name: attempts_of_run
+-- In the order they happened: a run's tokens strictly increase, while attempt numbers
+-- start again at 1 after a DLQ replay.
 SELECT attempt, fencing_token, worker_id, leased_at, finished_at, outcome, error
 FROM attempts
 WHERE run_id = $1
-ORDER BY attempt, finished_at
+ORDER BY fencing_token
 
 -- name: lock_run
 SELECT * FROM runs WHERE id = $1 FOR UPDATE

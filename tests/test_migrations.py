@@ -1,0 +1,408 @@
+"""Shard migrations: from zero, upgrades, re-runs, mis-wired shards, and the SQL they serve.
+
+Every named query must prepare against the migrated schema, and the hot loops must use
+the partial index written for them (a sequential scan over millions of finished runs
+would pass every functional test and still take a shard down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+from conftest import TEST_SHARDS, with_database
+
+from tickwork.errors import SchemaMismatch
+from tickwork.shards import Shard, ShardMap
+from tickwork.store import database, migrate, queries
+
+_names = itertools.count()
+
+
+@pytest.fixture
+async def empty_url(server_url: str) -> AsyncIterator[str]:
+    """A brand-new database with nothing in it."""
+    name = f"tickwork_empty_{os.getpid()}_{next(_names)}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    yield with_database(server_url, name)
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+def shards_of(url: str, count: int = TEST_SHARDS) -> tuple[Shard, ...]:
+    return ShardMap.from_dsns([url], count).shards
+
+
+async def dump_schema(url: str, shard: Shard) -> dict[str, Any]:
+    """Everything that makes up a shard's schema, without the shard's own name in it."""
+    conn = await database.connect(Shard(shard.number, url))
+    schema = shard.schema
+    try:
+        columns = await conn.fetch(
+            """
+            SELECT table_name, column_name, ordinal_position, data_type, is_nullable,
+                   column_default, is_identity, identity_generation
+            FROM information_schema.columns
+            WHERE table_schema = $1
+            ORDER BY table_name, ordinal_position
+            """,
+            schema,
+        )
+        indexes = await conn.fetch(
+            "SELECT tablename, indexname, indexdef FROM pg_indexes "
+            "WHERE schemaname = $1 ORDER BY indexname",
+            schema,
+        )
+        constraints = await conn.fetch(
+            """
+            SELECT c.relname, k.conname, k.contype::text AS contype,
+                   pg_get_constraintdef(k.oid) AS definition
+            FROM pg_constraint AS k
+            JOIN pg_class AS c ON c.oid = k.conrelid
+            JOIN pg_namespace AS n ON n.oid = c.relnamespace
+            WHERE n.nspname = $1
+            ORDER BY c.relname, k.conname
+            """,
+            schema,
+        )
+        relations = await conn.fetch(
+            """
+            SELECT c.relname, c.relkind::text AS relkind,
+                   pg_get_expr(c.relpartbound, c.oid) AS bound
+            FROM pg_class AS c
+            JOIN pg_namespace AS n ON n.oid = c.relnamespace
+            WHERE n.nspname = $1
+            ORDER BY c.relname
+            """,
+            schema,
+        )
+        sequences = await conn.fetch(
+            "SELECT sequence_name, data_type, start_value, increment FROM "
+            "information_schema.sequences WHERE sequence_schema = $1 ORDER BY sequence_name",
+            schema,
+        )
+        versions = await conn.fetch("SELECT version, name FROM schema_version ORDER BY version")
+    finally:
+        await conn.close()
+
+    def plain(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
+        text = json.dumps([dict(row) for row in rows], default=str)
+        return list(json.loads(text.replace(f"{schema}.", "")))
+
+    return {
+        "columns": plain(columns),
+        "indexes": plain(indexes),
+        "constraints": plain(constraints),
+        "relations": plain(relations),
+        "sequences": plain(sequences),
+        "versions": plain(versions),
+    }
+
+
+async def test_migrating_an_empty_database_gives_the_canonical_schema(
+    empty_url: str, database_url: str
+) -> None:
+    applied = await migrate.migrate_all(shards_of(empty_url))
+    every_version = [m.version for m in migrate.migrations()]
+    assert applied == {n: every_version for n in range(TEST_SHARDS)}
+
+    canonical = await dump_schema(database_url, shards_of(database_url)[0])
+    for shard in shards_of(empty_url):
+        assert await dump_schema(empty_url, shard) == canonical
+
+    tables = {r["relname"] for r in canonical["relations"] if r["relkind"] in ("r", "p")}
+    assert tables == {
+        "attempts",
+        "attempts_default",
+        "audit_log",
+        "definitions",
+        "runs",
+        "schema_version",
+        "shard_epoch",
+        "shard_meta",
+    }
+    index_names = {i["indexname"] for i in canonical["indexes"]}
+    assert {
+        "runs_claimable",
+        "runs_waiting",
+        "runs_leases",
+        "runs_idempotency",
+        "runs_cron_due",
+        "definitions_due",
+        "attempts_run",
+    } <= index_names
+    assert canonical["versions"] == [
+        {"version": m.version, "name": m.name} for m in migrate.migrations()
+    ]
+
+
+async def test_each_shard_records_its_identity(empty_url: str) -> None:
+    await migrate.migrate_all(shards_of(empty_url))
+    for shard in shards_of(empty_url):
+        conn = await database.connect(shard)
+        try:
+            row = await conn.fetchrow("SELECT shard, shard_count FROM shard_meta")
+            assert row is not None and dict(row) == {"shard": shard.number, "shard_count": 4}
+            await migrate.check_shard(conn, shard, TEST_SHARDS)
+        finally:
+            await conn.close()
+
+
+async def test_migrating_again_changes_nothing(database_url: str) -> None:
+    shards = shards_of(database_url)
+    before = [await dump_schema(database_url, s) for s in shards]
+    conn = await database.connect(shards[0])
+    try:
+        stamps = await conn.fetch("SELECT version, applied_at FROM schema_version")
+        await conn.execute(
+            "INSERT INTO audit_log (at, tenant, job, action, actor) "
+            "VALUES (now(), 't', 'j', 'probe', 'me')"
+        )
+    finally:
+        await conn.close()
+
+    assert await migrate.migrate_all(shards) == {n: [] for n in range(TEST_SHARDS)}
+
+    assert [await dump_schema(database_url, s) for s in shards] == before
+    conn = await database.connect(shards[0])
+    try:
+        assert await conn.fetch("SELECT version, applied_at FROM schema_version") == stamps
+        assert await conn.fetchval("SELECT count(*) FROM audit_log") == 1
+    finally:
+        await conn.close()
+
+
+async def test_concurrent_migrations_apply_each_version_once(empty_url: str) -> None:
+    shards = shards_of(empty_url)
+    first, second = await asyncio.gather(migrate.migrate_all(shards), migrate.migrate_all(shards))
+    every_version = [m.version for m in migrate.migrations()]
+    for n in range(TEST_SHARDS):
+        assert sorted(first[n] + second[n]) == every_version
+    conn = await database.connect(shards[0])
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM schema_version") == len(every_version)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def next_release(monkeypatch: pytest.MonkeyPatch) -> Iterator[migrate.Migration]:
+    """Pretend this release ships one more migration than the files on disk."""
+    current = migrate.migrations()
+    extra = migrate.Migration(
+        current[-1].version + 1, "probe", "CREATE TABLE upgrade_probe (id integer);"
+    )
+    monkeypatch.setattr(migrate, "migrations", lambda: (*current, extra))
+    yield extra
+
+
+async def test_an_upgrade_applies_only_the_new_version(
+    database_url: str, next_release: migrate.Migration
+) -> None:
+    shards = shards_of(database_url)
+    assert await migrate.migrate_all(shards) == {
+        n: [next_release.version] for n in range(TEST_SHARDS)
+    }
+    conn = await database.connect(shards[2])
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM upgrade_probe") == 0
+        await migrate.check_shard(conn, shards[2], TEST_SHARDS)
+    finally:
+        await conn.close()
+
+
+async def test_upgrading_from_every_older_version_matches_migrating_from_zero(
+    empty_url: str, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    everything = migrate.migrations()
+    canonical = await dump_schema(database_url, shards_of(database_url)[0])
+    # One shard per starting version: shard k starts at version k, then upgrades.
+    shards = shards_of(empty_url, len(everything) + 1)
+    for start, shard in enumerate(shards):
+        if start:
+            monkeypatch.setattr(migrate, "migrations", lambda k=start: everything[:k])
+            await _migrate_one(shard, len(shards))
+        monkeypatch.setattr(migrate, "migrations", lambda: everything)
+        await _migrate_one(shard, len(shards))
+        assert await dump_schema(empty_url, shard) == canonical, f"from version {start}"
+
+
+async def _migrate_one(shard: Shard, count: int) -> list[int]:
+    conn = await database.connect(shard)
+    try:
+        return await migrate.migrate_shard(conn, shard, count)
+    finally:
+        await conn.close()
+
+
+async def test_an_unmigrated_shard_is_refused(empty_url: str) -> None:
+    shard = shards_of(empty_url)[0]
+    conn = await database.connect(shard)
+    try:
+        with pytest.raises(SchemaMismatch, match=r"version 0.*tickwork migrate"):
+            await migrate.check_shard(conn, shard, TEST_SHARDS)
+    finally:
+        await conn.close()
+
+
+async def test_a_shard_behind_this_release_is_refused(
+    database_url: str, next_release: migrate.Migration
+) -> None:
+    shard = shards_of(database_url)[1]
+    conn = await database.connect(shard)
+    try:
+        with pytest.raises(SchemaMismatch) as caught:
+            await migrate.check_shard(conn, shard, TEST_SHARDS)
+    finally:
+        await conn.close()
+    have, need = next_release.version - 1, next_release.version
+    assert f"schema version {have}, this release needs {need}" in str(caught.value)
+    assert caught.value.status == 503
+
+
+async def _swap_schemas(url: str, a: Shard, b: Shard) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            await conn.execute(f"ALTER SCHEMA {a.schema} RENAME TO swap_tmp")
+            await conn.execute(f"ALTER SCHEMA {b.schema} RENAME TO {a.schema}")
+            await conn.execute(f"ALTER SCHEMA swap_tmp RENAME TO {b.schema}")
+    finally:
+        await conn.close()
+
+
+async def test_a_schema_holding_another_shard_is_refused(database_url: str) -> None:
+    """A DSN list given in the wrong order must not silently mix shards."""
+    shards = shards_of(database_url)
+    await _swap_schemas(database_url, shards[0], shards[1])
+    conn = await database.connect(shards[0])
+    try:
+        with pytest.raises(SchemaMismatch, match="should hold shard 0 of 4 but holds shard 1 of 4"):
+            await migrate.check_shard(conn, shards[0], TEST_SHARDS)
+        with pytest.raises(SchemaMismatch, match="holds shard 1 of 4"):
+            await migrate.migrate_shard(conn, shards[0], TEST_SHARDS)
+        # The refused migration changed nothing: the schema still says shard 1.
+        row = await conn.fetchrow("SELECT shard, shard_count FROM shard_meta")
+        assert row is not None and tuple(row) == (1, 4)
+    finally:
+        await conn.close()
+
+
+async def test_a_shard_of_another_shard_count_is_refused(database_url: str) -> None:
+    shard = ShardMap.from_dsns([database_url], 8)[2]
+    conn = await database.connect(shard)
+    try:
+        with pytest.raises(SchemaMismatch, match="should hold shard 2 of 8 but holds shard 2 of 4"):
+            await migrate.check_shard(conn, shard, 8)
+    finally:
+        await conn.close()
+
+
+async def test_every_named_query_prepares_against_the_schema(database_url: str) -> None:
+    named = queries.all_queries()
+    assert len(named) >= 30
+    conn = await database.connect(shards_of(database_url)[0])
+    failures: dict[str, str] = {}
+    try:
+        for name, sql in named.items():
+            try:
+                await conn.prepare(sql)
+            except asyncpg.PostgresError as error:
+                failures[name] = f"{type(error).__name__}: {error}"
+    finally:
+        await conn.close()
+    assert failures == {}
+
+
+def test_query_files_refuse_ambiguity() -> None:
+    with pytest.raises(ValueError, match="defined twice"):
+        queries.parse("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n", "x.sql")
+    with pytest.raises(ValueError, match="empty"):
+        queries.parse("-- name: a\n\n-- name: b\nSELECT 2\n", "x.sql")
+    with pytest.raises(ValueError, match="before the first"):
+        queries.parse("SELECT 0;\n-- name: a\nSELECT 1\n", "x.sql")
+    assert queries.parse("-- comment\n-- name: a\nSELECT 1\n", "x.sql") == {"a": "SELECT 1"}
+
+
+# --- EXPLAIN guards ----------------------------------------------------------------------
+
+SEED_RUNS = """
+INSERT INTO runs (tenant, job, queue, priority, state, origin, attempt, max_attempts,
+                  retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+                  fencing_token, lease_expires_at, finished_at, created_at, updated_at)
+SELECT 't' || (i % 7), 'job-' || (i % 50), 'default', i % 3, s.state, 'api',
+       CASE WHEN s.state = 'ready' THEN 0 ELSE 1 END, 3, 1, 10, 60,
+       now() - interval '1 day', now() + (i % 600) * interval '1 second' - interval '5 min',
+       CASE WHEN i % 2 = 0 THEN now() + interval '1 hour' END,
+       CASE WHEN s.state = 'leased' THEN i END,
+       CASE WHEN s.state = 'leased' THEN now() + (i % 60) * interval '1 second' END,
+       CASE WHEN s.state IN ('succeeded', 'dead') THEN now() - i * interval '1 second' END,
+       now(), now()
+FROM generate_series(1, $1) AS i,
+LATERAL (SELECT CASE
+    WHEN i % 100 = 0 THEN 'ready'
+    WHEN i % 100 = 1 THEN 'scheduled'
+    WHEN i % 100 = 2 THEN 'retry_wait'
+    WHEN i % 100 = 3 THEN 'leased'
+    WHEN i % 100 = 4 THEN 'dead'
+    ELSE 'succeeded' END AS state) AS s
+"""
+
+
+def _index_names(plan: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(plan, dict):
+        if "Index Name" in plan:
+            found.add(plan["Index Name"])
+        for value in plan.values():
+            found |= _index_names(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            found |= _index_names(value)
+    return found
+
+
+@pytest.fixture
+async def busy_shard(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """Shard 0 holding 20 000 runs, almost all of them finished, as in production."""
+    conn = await database.connect(shards_of(database_url)[0])
+    try:
+        await conn.execute(SEED_RUNS, 20_000)
+        await conn.execute("ANALYZE runs")
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "args", "index"),
+    [
+        ("claim", (["default"], 10, "w-1", None, 30.0), "runs_claimable"),
+        ("promote_due", (5000, None), "runs_waiting"),
+        ("lock_expired", (None, 1000), "runs_leases"),
+        ("skip_past_deadline", (5000, None), "runs_start_deadline"),
+        ("dead_runs", ("t1", None, None, None, 50), "runs_dead"),
+    ],
+)
+async def test_hot_queries_use_their_partial_index(
+    busy_shard: asyncpg.Connection, query: str, args: tuple[Any, ...], index: str
+) -> None:
+    sql = queries.get(query)
+    # Parameters added later (optional filters) are passed as NULL.
+    wanted = len((await busy_shard.prepare(sql)).get_parameters())
+    args = args + (None,) * (wanted - len(args))
+    plan = await busy_shard.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
+    assert index in _index_names(json.loads(plan)), plan
