@@ -1,0 +1,50 @@
+"""The tickwork worker SDK: lease runs over HTTP and run Python handlers for them.
+
+```python
+from tickwork.worker import NonRetryableError, RunContext, Worker
+
+worker = Worker.from_env(concurrency=20)
+
+@worker.handler(job="export-invoices")
+async def export_invoices(ctx: RunContext) -> None:
+    await storage.write(ctx.payload, fencing_token=ctx.fencing_token)
+
+worker.run_forever()
+```
+
+This package imports no server module: it talks to the public HTTP API only.
+"""
+
+from tickwork.worker.client import (
+    ApiError,
+    ApiUnreachable,
+    Beat,
+    Completed,
+    Completion,
+    Extended,
+    Lease,
+    Problem,
+    WorkerClient,
+)
+from tickwork.worker.context import NonRetryableError, RunContext
+from tickwork.worker.runner import Backoff, Handler, RunResult, Worker, default_worker_id, run
+
+__all__ = [
+    "ApiError",
+    "ApiUnreachable",
+    "Backoff",
+    "Beat",
+    "Completed",
+    "Completion",
+    "Extended",
+    "Handler",
+    "Lease",
+    "NonRetryableError",
+    "Problem",
+    "RunContext",
+    "RunResult",
+    "Worker",
+    "WorkerClient",
+    "default_worker_id",
+    "run",
+]

@@ -1,0 +1,694 @@
+"""The worker SDK against the real API on a real PostgreSQL, plus a few protocol cases
+(batching, retries, refusals) against a scripted fake API.
+
+Tests wait on signals (handler events, ``on_result``, log records) with timeouts; the
+only real wait is the heartbeat test, whose lease the test itself sets to 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from tickwork.jobs import EnqueueRequest
+from tickwork.spec import JobSpec
+from tickwork.store.runs import State
+from tickwork.worker import (
+    ApiError,
+    Beat,
+    NonRetryableError,
+    Problem,
+    RunContext,
+    RunResult,
+    Worker,
+    WorkerClient,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+TENANT = "acme"
+WAIT = 10.0  # the most any signal may take before a test fails
+
+
+# Helpers
+
+
+class Results:
+    """Collects ``on_result`` reports; tests await a number of them."""
+
+    def __init__(self) -> None:
+        self.items: list[RunResult] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, result: RunResult) -> None:
+        self.items.append(result)
+        self._changed.set()
+
+    async def wait(self, count: int) -> list[RunResult]:
+        async with asyncio.timeout(WAIT):
+            while len(self.items) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.items[:count]
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker, **run: Any) -> AsyncIterator[asyncio.Task[None]]:
+    """Run ``worker`` in the background; stop it and wait for ``run()`` on exit."""
+    task = asyncio.create_task(worker.run(**run))
+    try:
+        yield task
+    finally:
+        worker.stop()
+        async with asyncio.timeout(WAIT):
+            await task
+
+
+@contextlib.asynccontextmanager
+async def scheduler_loop(api_server: Any) -> AsyncIterator[None]:
+    """The scheduler's due flip and reaper, every 0.1 s (woken sooner on request)."""
+    scheduler = api_server.scheduler
+    scheduler.interval = 0.1
+    stop = asyncio.Event()
+    task = asyncio.create_task(scheduler.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+def make_worker(api_server: Any, results: Results | None = None, **settings: Any) -> Worker:
+    settings.setdefault("wait_seconds", 0.2)  # stop() lets a pending long-poll finish
+    settings.setdefault("complete_window", 0.002)
+    return Worker(
+        api_server.url,
+        api_server.worker_token,
+        on_result=results,
+        worker_id="test-worker",
+        **settings,
+    )
+
+
+async def put_job(api_server: Any, name: str, **spec: Any) -> None:
+    await api_server.jobs.put(TENANT, name, JobSpec.model_validate(spec), "test")
+
+
+async def enqueue(api_server: Any, name: str, payload: Any = None) -> str:
+    request = EnqueueRequest(payload=payload, payload_given=payload is not None)
+    run, _ = await api_server.jobs.enqueue(TENANT, name, request, "test")
+    return str(run.run_id)
+
+
+async def state_of(api_server: Any, run_id: str) -> Any:
+    run, attempts = await api_server.jobs.run(run_id)
+    return run, attempts
+
+
+# The real API
+
+
+async def test_handler_success_completes_the_run(api_server: Any) -> None:
+    await put_job(api_server, "export-invoices", queue="billing")
+    run_id = await enqueue(api_server, "export-invoices", {"format": "csv"})
+    results = Results()
+    worker = make_worker(api_server, results, queues=["billing"])
+    seen: list[RunContext] = []
+
+    @worker.handler(job="export-invoices")
+    async def export(ctx: RunContext) -> str:
+        seen.append(ctx)
+        return "ignored"
+
+    @worker.handler(queue="billing")
+    async def billing(ctx: RunContext) -> None:
+        raise AssertionError("the job's handler beats the queue's")
+
+    async with running(worker):
+        [result] = await results.wait(1)
+
+    assert result.outcome == "succeeded"
+    assert result.state == "succeeded"
+    [ctx] = seen
+    assert ctx.run_id == run_id
+    assert (ctx.job, ctx.tenant, ctx.queue, ctx.attempt) == (
+        "export-invoices",
+        TENANT,
+        "billing",
+        1,
+    )
+    assert ctx.payload == {"format": "csv"}
+    assert ctx.fencing_token > 0
+    assert ctx.idempotency_key
+    assert ctx.deadline is not None and ctx.lease_expires_at is not None
+    assert not ctx.cancel_requested and not ctx.cancelled.is_set()
+    run, attempts = await state_of(api_server, run_id)
+    assert run.state is State.succeeded
+    assert [a.worker_id for a in attempts] == ["test-worker"]
+
+
+async def test_sync_handler_runs_in_a_thread(api_server: Any) -> None:
+    await put_job(api_server, "plain")
+    run_id = await enqueue(api_server, "plain")
+    results = Results()
+    worker = make_worker(api_server, results)
+    threads: list[int] = []
+
+    def plain(ctx: RunContext) -> None:
+        threads.append(threading.get_ident())
+
+    worker.register(plain)  # the default handler
+    async with running(worker):
+        [result] = await results.wait(1)
+
+    assert result.run_id == run_id and result.state == "succeeded"
+    assert threads and threads[0] != threading.get_ident()
+
+
+async def test_failures_retry_then_go_dead(api_server: Any) -> None:
+    await put_job(api_server, "flaky", retry={"maxAttempts": 3, "baseSeconds": 0, "maxSeconds": 0})
+    run_id = await enqueue(api_server, "flaky")
+    results = Results()
+
+    def on_result(result: RunResult) -> None:
+        results(result)
+        api_server.scheduler.wake()  # promote the retry now
+
+    worker = make_worker(api_server, on_result)  # type: ignore[arg-type]
+    attempts_seen: list[int] = []
+
+    @worker.handler(job="flaky")
+    async def flaky(ctx: RunContext) -> None:
+        attempts_seen.append(ctx.attempt)
+        raise RuntimeError(f"boom {ctx.attempt}")
+
+    async with scheduler_loop(api_server), running(worker):
+        found = await results.wait(3)
+
+    assert [r.state for r in found] == ["retry_wait", "retry_wait", "dead"]
+    assert all(r.outcome == "failed" and r.retryable for r in found)
+    assert found[-1].message == "RuntimeError: boom 3"
+    assert attempts_seen == [1, 2, 3]
+    run, attempts = await state_of(api_server, run_id)
+    assert run.state is State.dead
+    assert len(attempts) == 3
+    assert run.last_error["message"] == "RuntimeError: boom 3"
+
+
+async def test_non_retryable_error_goes_dead_at_once(api_server: Any) -> None:
+    await put_job(api_server, "strict", retry={"maxAttempts": 5, "baseSeconds": 0})
+    run_id = await enqueue(api_server, "strict")
+    results = Results()
+    worker = make_worker(api_server, results)
+
+    @worker.handler(job="strict")
+    async def strict(ctx: RunContext) -> None:
+        raise NonRetryableError("customer deleted")
+
+    async with running(worker):
+        [result] = await results.wait(1)
+
+    assert (result.state, result.retryable) == ("dead", False)
+    run, attempts = await state_of(api_server, run_id)
+    assert run.state is State.dead and len(attempts) == 1
+    assert run.last_error["retryable"] is False
+
+
+async def test_concurrency_limits_runs_in_flight(api_server: Any) -> None:
+    await put_job(api_server, "many")
+    run_ids = [await enqueue(api_server, "many", {"n": n}) for n in range(8)]
+    results = Results()
+    worker = make_worker(api_server, results, concurrency=3)
+    active = 0
+    most = 0
+    full = asyncio.Event()
+    gate = asyncio.Event()
+
+    @worker.handler(job="many")
+    async def many(ctx: RunContext) -> None:
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        if active == 3:
+            full.set()
+        await gate.wait()
+        active -= 1
+
+    async with running(worker):
+        async with asyncio.timeout(WAIT):
+            await full.wait()
+        leased, _ = await api_server.jobs.runs_of_job(TENANT, "many", State.leased, None, 100)
+        assert len(leased) == 3
+        assert worker.in_flight == 3
+        gate.set()
+        found = await results.wait(8)
+
+    assert most == 3
+    assert sorted(r.run_id for r in found) == sorted(run_ids)
+    assert {r.state for r in found} == {"succeeded"}
+
+
+async def test_heartbeats_keep_a_run_past_its_lease(api_server: Any) -> None:
+    await put_job(api_server, "slow")
+    run_id = await enqueue(api_server, "slow")
+    results = Results()
+    worker = make_worker(api_server, results, lease_seconds=2)
+    first_expiry: list[Any] = []
+
+    @worker.handler(job="slow")
+    async def slow(ctx: RunContext) -> None:
+        first_expiry.append(ctx.lease_expires_at)
+        await asyncio.sleep(3)  # longer than the lease: only heartbeats keep it
+        assert ctx.lease_expires_at is not None and ctx.lease_expires_at > first_expiry[0]
+
+    async with scheduler_loop(api_server), running(worker):  # the reaper is on
+        [result] = await results.wait(1)
+
+    assert result.state == "succeeded"
+    run, attempts = await state_of(api_server, run_id)
+    assert run.state is State.succeeded and len(attempts) == 1
+
+
+async def test_cancel_requested_reaches_the_handler(api_server: Any) -> None:
+    await put_job(api_server, "cancellable")
+    run_id = await enqueue(api_server, "cancellable")
+    results = Results()
+    worker = make_worker(api_server, results, lease_seconds=1.5)
+    started = asyncio.Event()
+
+    @worker.handler(job="cancellable")
+    async def cancellable(ctx: RunContext) -> None:
+        started.set()
+        await ctx.cancelled.wait()
+        assert ctx.cancel_requested and not ctx.lost
+
+    async with running(worker):
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+        await api_server.jobs.cancel(run_id, "test")
+        [result] = await results.wait(1)
+
+    assert result.state == "cancelled"
+    run, _ = await state_of(api_server, run_id)
+    assert run.state is State.cancelled
+
+
+async def test_lost_lease_drops_the_outcome(api_server: Any) -> None:
+    await put_job(api_server, "lost", retry={"maxAttempts": 3, "baseSeconds": 60})
+    run_id = await enqueue(api_server, "lost")
+    results = Results()
+    worker = make_worker(api_server, results, lease_seconds=1.5)
+    started = asyncio.Event()
+
+    @worker.handler(job="lost")
+    async def lost(ctx: RunContext) -> None:
+        started.set()
+        await ctx.cancelled.wait()
+        assert ctx.lost and not ctx.cancel_requested
+
+    async with running(worker):
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+        # The lease runs out behind the worker's back and the reaper takes the run.
+        shard, local = api_server.jobs.locate_run(run_id)
+        async with api_server.database.connection(shard) as conn:
+            await conn.execute(
+                "UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+                local,
+            )
+        await api_server.scheduler.pass_once()
+        [result] = await results.wait(1)
+
+    assert result.outcome == "dropped" and result.state is None
+    run, _ = await state_of(api_server, run_id)
+    assert run.state is State.retry_wait
+    assert run.last_error["reason"] == "lease-expired"
+
+
+async def test_stop_drains_in_flight_runs(api_server: Any) -> None:
+    await put_job(api_server, "drain")
+    first = await enqueue(api_server, "drain")
+    results = Results()
+    worker = make_worker(api_server, results, concurrency=1)
+    started = asyncio.Event()
+    gate = asyncio.Event()
+
+    @worker.handler(job="drain")
+    async def drain(ctx: RunContext) -> None:
+        started.set()
+        await gate.wait()
+
+    task = asyncio.create_task(worker.run())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+    worker.stop()
+    second = await enqueue(api_server, "drain")  # not leased: the worker is draining
+    gate.set()
+    async with asyncio.timeout(WAIT):
+        await task
+
+    assert [(r.run_id, r.state) for r in results.items] == [(first, "succeeded")]
+    assert (await state_of(api_server, first))[0].state is State.succeeded
+    assert (await state_of(api_server, second))[0].state is State.ready
+
+
+async def test_sigterm_drains_and_completes(api_server: Any) -> None:
+    await put_job(api_server, "sigterm")
+    run_id = await enqueue(api_server, "sigterm")
+    results = Results()
+    worker = make_worker(api_server, results)
+    started = asyncio.Event()
+    release = threading.Event()
+
+    @worker.handler(job="sigterm")
+    def blocking(ctx: RunContext) -> None:
+        asyncio.run_coroutine_threadsafe(_set(started), loop)
+        release.wait(WAIT)
+
+    loop = asyncio.get_running_loop()
+    draining = ActionLog("drain")
+    with draining.attached():
+        task = asyncio.create_task(worker.run(install_signal_handlers=True))
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+        # Only send the signal once the worker's handler is installed: never kill pytest.
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
+        os.kill(os.getpid(), signal.SIGTERM)
+        async with asyncio.timeout(WAIT):
+            await draining.reached.wait()
+        release.set()  # the handler finishes only after the worker began draining
+        async with asyncio.timeout(WAIT):
+            await task
+
+    assert [(r.run_id, r.state) for r in results.items] == [(run_id, "succeeded")]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+async def _set(event: asyncio.Event) -> None:
+    event.set()
+
+
+class ActionLog(logging.Handler):
+    """Collects the worker's log records of one ``action``; signals when enough arrived.
+    (Records come from the event loop's thread, so setting the event is safe.)"""
+
+    def __init__(self, action: str, enough: int = 1) -> None:
+        super().__init__(logging.DEBUG)
+        self.action = action
+        self.records: list[logging.LogRecord] = []
+        self.enough = enough
+        self.reached = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "action", None) == self.action:
+            self.records.append(record)
+            if len(self.records) >= self.enough:
+                self.reached.set()
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator[ActionLog]:
+        logger = logging.getLogger("tickwork.worker")
+        level = logger.level
+        logger.addHandler(self)
+        logger.setLevel(logging.DEBUG)
+        try:
+            yield self
+        finally:
+            logger.removeHandler(self)
+            logger.setLevel(level)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_reconnects_with_backoff_and_stops_cleanly() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    worker = Worker(url, "token", retry_base_seconds=0.01, retry_max_seconds=0.05)
+    with ActionLog("api-retry", enough=4).attached() as handler:
+        task = asyncio.create_task(worker.run())
+        async with asyncio.timeout(WAIT):
+            await handler.reached.wait()
+        worker.stop()
+        async with asyncio.timeout(WAIT):
+            await task  # no exception: connection errors are not fatal
+    retries = [getattr(r, "retry", 0) for r in handler.records[:4]]
+    assert retries == [1, 2, 3, 4]
+    assert all(getattr(r, "call", None) == "lease" for r in handler.records)
+
+
+async def test_refused_token_stops_the_worker(api_server: Any) -> None:
+    worker = Worker(api_server.url, "no-such-token")
+    with pytest.raises(ApiError) as raised:
+        async with asyncio.timeout(WAIT):
+            await worker.run()
+    assert raised.value.status == 401
+    assert raised.value.problem.slug == "unauthenticated"
+
+
+async def test_client_single_run_endpoints(api_server: Any) -> None:
+    await put_job(api_server, "single")
+    run_id = await enqueue(api_server, "single", {"a": 1})
+    async with WorkerClient(api_server.url, api_server.worker_token) as client:
+        [lease] = await client.lease(["default"], max_runs=5, worker_id="raw")
+        assert (lease.run_id, lease.payload) == (run_id, {"a": 1})
+        extended = await client.heartbeat(run_id, lease.fencing_token, 60)
+        assert not extended.cancel_requested
+        done = await client.complete(run_id, lease.fencing_token, "succeeded")
+        assert done.state == "succeeded"
+        again = await client.complete(run_id, lease.fencing_token, "succeeded")
+        assert again.state == "succeeded"  # idempotent
+        [answer] = await client.heartbeat_many([Beat(run_id, lease.fencing_token, 30)])
+        assert isinstance(answer, Problem) and answer.stale_lease and answer.status == 409
+
+
+# A scripted fake API: protocol cases the real server cannot be made to produce on cue.
+
+
+@dataclass
+class FakeApi:
+    """Hands out ``leases`` once, records every call, and answers completions with
+    ``complete_answers`` (a status, or None for the normal answer) in turn."""
+
+    leases: list[dict[str, Any]]
+    complete_answers: list[int | None] = field(default_factory=list)
+    heartbeat_problem: dict[str, Any] | None = None
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    completed: asyncio.Event = field(default_factory=asyncio.Event)
+    expect_completed: int = 0
+    done: int = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/lease", self.lease)
+        app.router.add_post("/v1/runs:heartbeat", self.heartbeat)
+        app.router.add_post("/v1/runs:complete", self.complete)
+        return app
+
+    async def lease(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.calls.append(("lease", body))
+        assert request.headers["Authorization"] == "Bearer fake-token"
+        granted, self.leases = self.leases[: body["max"]], self.leases[body["max"] :]
+        if not granted:
+            await asyncio.sleep(min(body["waitSeconds"], 0.05))
+        return web.Response(body=orjson.dumps({"leases": granted}), content_type="application/json")
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.calls.append(("heartbeat", body))
+        items = [
+            {"runId": i["runId"], "problem": self.heartbeat_problem}
+            if self.heartbeat_problem
+            else {
+                "runId": i["runId"],
+                "leaseExpiresAt": "2030-01-01T00:00:00Z",
+                "cancelRequested": False,
+            }
+            for i in body["items"]
+        ]
+        return web.Response(body=orjson.dumps({"items": items}), content_type="application/json")
+
+    async def complete(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.calls.append(("complete", body))
+        status = self.complete_answers.pop(0) if self.complete_answers else None
+        if status is not None:
+            problem = {
+                "type": "https://tickwork.dev/problems/internal",
+                "title": "x",
+                "status": status,
+            }
+            return web.Response(
+                status=status, body=orjson.dumps(problem), content_type="application/problem+json"
+            )
+        self.done += len(body["items"])
+        if self.done >= self.expect_completed:
+            self.completed.set()
+        items = [{"runId": i["runId"], "state": "succeeded"} for i in body["items"]]
+        return web.Response(body=orjson.dumps({"items": items}), content_type="application/json")
+
+
+def fake_lease(n: int) -> dict[str, Any]:
+    return {
+        "runId": f"r0-{n}",
+        "job": "fake",
+        "tenant": "acme",
+        "queue": "default",
+        "priority": "default",
+        "attempt": 1,
+        "idempotencyKey": f"acme/fake#r0-{n}",
+        "fencingToken": 100 + n,
+        "dueAt": "2026-03-15T01:00:00Z",
+        "leaseExpiresAt": "2026-03-15T01:00:30Z",
+        "deadline": "2026-03-15T02:00:00Z",
+        "payload": {"n": n},
+    }
+
+
+@contextlib.asynccontextmanager
+async def serve(fake: FakeApi) -> AsyncIterator[str]:
+    runner = web.AppRunner(fake.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def run_fake(
+    fake: FakeApi, handler: Callable[[RunContext], Awaitable[None]], **settings: Any
+) -> Results:
+    results = Results()
+    async with serve(fake) as url:
+        settings.setdefault("wait_seconds", 0.05)
+        worker = Worker(url, "fake-token", on_result=results, **settings)
+        worker.register(handler)
+        async with running(worker):
+            async with asyncio.timeout(WAIT):
+                await fake.completed.wait()
+    return results
+
+
+async def test_runs_finishing_together_share_one_completion_call() -> None:
+    fake = FakeApi(leases=[fake_lease(n) for n in range(5)], expect_completed=5)
+
+    async def quick(ctx: RunContext) -> None:
+        return None
+
+    results = await run_fake(fake, quick, concurrency=10, complete_window=0.05)
+    [lease_call, *_] = [body for name, body in fake.calls if name == "lease"]
+    assert lease_call["max"] == 10 and lease_call["queues"] == ["default"]
+    completes = [body for name, body in fake.calls if name == "complete"]
+    assert len(completes) == 1 and len(completes[0]["items"]) == 5
+    assert completes[0]["items"][0] == {
+        "runId": "r0-0",
+        "fencingToken": 100,
+        "outcome": "succeeded",
+    }
+    assert len(results.items) == 5
+
+
+async def test_completion_retries_after_server_errors() -> None:
+    fake = FakeApi(leases=[fake_lease(1)], complete_answers=[503, 500], expect_completed=1)
+
+    async def failing(ctx: RunContext) -> None:
+        raise ValueError("bad")
+
+    results = await run_fake(fake, failing, retry_base_seconds=0.01, retry_max_seconds=0.02)
+    completes = [body for name, body in fake.calls if name == "complete"]
+    assert len(completes) == 3  # the same completion, repeated: idempotent on the server
+    assert completes[-1]["items"] == [
+        {
+            "runId": "r0-1",
+            "fencingToken": 101,
+            "outcome": "failed",
+            "error": {"message": "ValueError: bad", "retryable": True},
+        }
+    ]
+    assert results.items[0].state == "succeeded"
+
+
+async def test_stale_heartbeat_marks_the_context_lost() -> None:
+    stale = {
+        "type": "https://tickwork.dev/problems/stale-lease",
+        "title": "Stale lease",
+        "status": 409,
+        "detail": "lease gone",
+    }
+    fake = FakeApi(leases=[fake_lease(1)], heartbeat_problem=stale)
+    lost = asyncio.Event()
+
+    async def waits(ctx: RunContext) -> None:
+        await ctx.cancelled.wait()
+        assert ctx.lost
+        lost.set()
+
+    results = Results()
+    async with serve(fake) as url:
+        worker = Worker(url, "fake-token", on_result=results, lease_seconds=1, wait_seconds=0.05)
+        worker.register(waits)
+        async with running(worker):
+            [result] = await results.wait(1)
+    assert lost.is_set()
+    assert result.outcome == "dropped"
+    assert not [name for name, _ in fake.calls if name == "complete"]
+    [beat] = [body for name, body in fake.calls if name == "heartbeat"]
+    assert beat["items"] == [{"runId": "r0-1", "fencingToken": 101, "extendSeconds": 1}]
+
+
+# Settings
+
+
+def test_from_env_reads_url_token_and_queues() -> None:
+    env = {
+        "TICKWORK_URL": "http://api:8080",
+        "TICKWORK_TOKEN": "t",
+        "TICKWORK_QUEUES": "billing, default,",
+    }
+    worker = Worker.from_env(env, concurrency=4)
+    assert (worker.url, worker.queues, worker.concurrency) == (
+        "http://api:8080",
+        ["billing", "default"],
+        4,
+    )
+    assert worker.worker_id.endswith(f"-{os.getpid()}")
+    with pytest.raises(ValueError, match="TICKWORK_TOKEN"):
+        Worker.from_env({"TICKWORK_URL": "http://api:8080"})
+
+
+def test_handler_resolution_job_then_queue_then_default() -> None:
+    worker = Worker("http://api", "t")
+
+    def job(ctx: RunContext) -> None: ...
+    def queue(ctx: RunContext) -> None: ...
+    def default(ctx: RunContext) -> None: ...
+
+    worker.register(job, job="a")
+    worker.register(queue, queue="q")
+    assert worker.handler_for("b", "other") is None
+    worker.register(default)
+    assert worker.handler_for("a", "q") is job
+    assert worker.handler_for("b", "q") is queue
+    assert worker.handler_for("b", "other") is default
+    with pytest.raises(ValueError):
+        worker.register(default, job="a")
+    with pytest.raises(ValueError):
+        worker.register(default, job="x", queue="q")
