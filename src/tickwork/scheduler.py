@@ -9,19 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from tickwork import materialiser
 from tickwork.clock import Clock, DatabaseClock
+from tickwork.metrics import Metrics
 from tickwork.store import leases
-from tickwork.store.database import Connection, Database
+from tickwork.store.database import Database
 
 logger = logging.getLogger(__name__)
-
-# A step takes one shard's connection and the pinned instant (None: database clock)
-# and returns how many rows it changed.
-Step = Callable[[Connection, int, datetime | None], Awaitable[int]]
 
 
 @dataclass
@@ -29,10 +26,14 @@ class TickReport:
     """What one pass over one shard did."""
 
     shard: int
+    materialised: int = 0
     promoted: int = 0
     skipped: int = 0
     reaped: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.materialised or self.promoted or self.skipped or self.reaped)
 
 
 class Scheduler:
@@ -46,16 +47,16 @@ class Scheduler:
         shards: Sequence[int] | None = None,
         interval: float = 1.0,
         batch: int = 5000,
-        steps: dict[str, Step] | None = None,
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
         self.shards = list(range(database.shard_count) if shards is None else shards)
         self.interval = interval
         self.batch = batch
-        self.steps = dict(steps or {})
         self.rng = rng
+        self.metrics = metrics
         # Test signal: set after every full pass over the owned shards.
         self.passed = asyncio.Event()
         self.passes = 0
@@ -69,24 +70,25 @@ class Scheduler:
         now = self.clock.now()
         report = TickReport(shard)
         async with self.database.connection(shard) as conn:
-            for name, step in self.steps.items():
-                report.extra[name] = await step(conn, shard, now)
+            made = await materialiser.materialise_all(conn, now)
+            report.materialised = made.runs
             promoted = await leases.promote_due(conn, self.batch, now)
             report.promoted, report.skipped = promoted.ready, promoted.skipped
             reaped = await leases.reap(conn, self.batch, now, self.rng)
             report.reaped = reaped.total
-        if report.promoted or report.skipped or report.reaped or any(report.extra.values()):
+        if report.changed:
             logger.info(
-                "scheduler pass",
-                extra={
-                    "action": "scheduler-pass",
-                    "shard": shard,
-                    "promoted": report.promoted,
-                    "skipped": report.skipped,
-                    "reaped": report.reaped,
-                    **report.extra,
-                },
+                "scheduler pass: shard %d materialised %d, promoted %d, skipped %d, reaped %d",
+                shard,
+                report.materialised,
+                report.promoted,
+                report.skipped,
+                report.reaped,
+                extra={"action": "scheduler-pass", "shard": shard},
             )
+            if self.metrics is not None:
+                for step in ("materialised", "promoted", "skipped", "reaped"):
+                    self.metrics.scheduler_rows.labels(step).inc(getattr(report, step))
         return report
 
     async def pass_once(self) -> list[TickReport]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tickwork import __version__
-from tickwork.cli import schedule
+from tickwork.cli import dev, roles, schedule
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,6 +15,10 @@ def cli() -> None:
 
 
 cli.add_command(schedule.schedule)
+cli.add_command(dev.dev)
+cli.add_command(roles.migrate)
+cli.add_command(roles.scheduler)
+cli.add_command(roles.dispatcher)
 
 
 def main() -> None:

@@ -92,7 +92,10 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
             if migration.version in applied:
                 continue
             logger.info(
-                "applying migration",
+                "shard %d: applying migration %04d_%s",
+                shard.number,
+                migration.version,
+                migration.name,
                 extra={
                     "action": "migrate",
                     "shard": shard.number,

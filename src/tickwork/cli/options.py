@@ -1,0 +1,65 @@
+"""Options shared by the role commands."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from tickwork.shards import DEFAULT_SHARD_COUNT, ShardMap
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def database_options(function: F) -> F:
+    function = click.option(
+        "--shards",
+        type=click.IntRange(1, 4096),
+        envvar="TICKWORK_SHARDS",
+        default=DEFAULT_SHARD_COUNT,
+        show_default=True,
+        help="Number of shards S (fixed at install time). [env TICKWORK_SHARDS]",
+    )(function)
+    return click.option(
+        "--database-url",
+        "database_urls",
+        multiple=True,
+        envvar="TICKWORK_DATABASE_URL",
+        help="PostgreSQL URL: once for all shards (a schema each), or once per shard in "
+        "shard order. [env TICKWORK_DATABASE_URL, space-separated]",
+    )(function)
+
+
+def shard_map(database_urls: tuple[str, ...], shards: int) -> ShardMap:
+    urls = [u for url in database_urls for u in url.split()]
+    if not urls:
+        raise click.UsageError("give --database-url (or set TICKWORK_DATABASE_URL)")
+    try:
+        return ShardMap.from_dsns(urls, shards if len(urls) == 1 else None)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+
+
+class _ActionFormatter(logging.Formatter):
+    """``time level logger [action] message``: the action key names the state or step."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        action = getattr(record, "action", None)
+        record.action_tag = f" [{action}]" if action else ""
+        return super().format(record)
+
+
+def configure_logging(level: str | None = None) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _ActionFormatter("%(asctime)s %(levelname)-7s %(name)s%(action_tag)s %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel((level or os.environ.get("TICKWORK_LOG_LEVEL") or "INFO").upper())
+    # The embedded PostgreSQL narrates every pg_ctl call at INFO.
+    logging.getLogger("pgserver").setLevel(logging.WARNING)

@@ -1,0 +1,103 @@
+"""The cluster roles: ``tickwork migrate | scheduler | dispatcher``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from tickwork.api.app import create_app
+from tickwork.api.auth import StaticTokens
+from tickwork.api.server import HttpServer
+from tickwork.cli import options, runtime
+from tickwork.errors import SchemaMismatch
+from tickwork.metrics import Metrics
+from tickwork.scheduler import Scheduler
+from tickwork.store import migrate as migrations
+from tickwork.store.database import Database
+
+
+@click.command()
+@options.database_options
+def migrate(database_urls: tuple[str, ...], shards: int) -> None:
+    """Create or upgrade the schema of every shard (safe to run twice)."""
+    options.configure_logging()
+    shard_map = options.shard_map(database_urls, shards)
+    try:
+        applied = asyncio.run(migrations.migrate_all(shard_map.shards))
+    except SchemaMismatch as error:
+        raise click.ClickException(error.detail) from error
+    for shard, versions in applied.items():
+        state = f"applied {versions}" if versions else "up to date"
+        click.echo(f"shard {shard}: {state} (version {migrations.latest_version()})")
+
+
+@click.command()
+@options.database_options
+@click.option(
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between passes over each owned shard.",
+)
+def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> None:
+    """Materialise cron runs, flip due runs to ready and reap expired leases.
+
+    This replica works on every shard; run one replica until shard ownership
+    (Kubernetes Leases) is enabled.
+    """
+    options.configure_logging()
+    shard_map = options.shard_map(database_urls, shards)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        remove = runtime.stop_on_signals(stop)
+        try:
+            async with Database(shard_map) as database:
+                loop = Scheduler(database, interval=interval, metrics=Metrics())
+                await runtime.run_until_stopped(stop, loop.run)
+        finally:
+            remove()
+
+    asyncio.run(main())
+
+
+@click.command()
+@options.database_options
+@click.option("--host", default="0.0.0.0", show_default=True)  # noqa: S104 - a server role
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option(
+    "--tokens",
+    "tokens_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="TICKWORK_TOKENS_FILE",
+    required=True,
+    help="YAML list of {token, tenant, role, queues}. [env TICKWORK_TOKENS_FILE]",
+)
+def dispatcher(
+    database_urls: tuple[str, ...], shards: int, host: str, port: int, tokens_file: Path
+) -> None:
+    """Serve the HTTP API (stateless; run as many as needed)."""
+    options.configure_logging()
+    shard_map = options.shard_map(database_urls, shards)
+    try:
+        tokens = StaticTokens.from_file(tokens_file)
+    except ValueError as error:
+        raise click.ClickException(str(error)) from error
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        remove = runtime.stop_on_signals(stop)
+        try:
+            async with Database(shard_map) as database:
+                services = runtime.api_services(database, tokens, Metrics())
+                server = HttpServer(create_app(services), host, port)
+                click.echo(f"tickwork API on {await server.start()}")
+                await stop.wait()
+                await server.stop()
+        finally:
+            remove()
+
+    asyncio.run(main())

@@ -1,0 +1,64 @@
+"""Process wiring shared by the role commands: build services, run until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from tickwork.api.auth import Authenticator
+from tickwork.api.services import Services
+from tickwork.dispatch import Dispatcher
+from tickwork.jobs import Jobs
+from tickwork.metrics import Metrics
+from tickwork.store.database import Database
+from tickwork.store.wakeup import ReadySignal
+
+
+def api_services(database: Database, authenticator: Authenticator, metrics: Metrics) -> Services:
+    return Services(
+        database=database,
+        jobs=Jobs(database),
+        dispatcher=Dispatcher(database),
+        signal=ReadySignal(database.shard_map),
+        authenticator=authenticator,
+        metrics=metrics,
+    )
+
+
+def stop_on_signals(stop: asyncio.Event) -> Callable[[], None]:
+    """Set ``stop`` on SIGINT/SIGTERM; returns a function that removes the handlers."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+
+    def remove() -> None:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+    return remove
+
+
+async def run_until_stopped(
+    stop: asyncio.Event, *tasks: Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+) -> None:
+    """Run role loops until ``stop`` is set or one of them fails; then stop them all."""
+    running: list[asyncio.Task[None]] = [asyncio.create_task(task(stop)) for task in tasks]
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([*running, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            error = task.exception()
+            if task is not stopper and error is not None:
+                raise error
+    finally:
+        stop.set()
+        for task in running:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(task, 15)
+        stopper.cancel()

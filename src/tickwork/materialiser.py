@@ -1,0 +1,224 @@
+"""From definitions to runs: which fire times a due definition turns into runs now.
+
+Pure planning (``plan``) is separate from the single-shard transaction that applies it
+(``materialise``). Runs are inserted up to ``lookahead`` ahead of their nominal time
+(state ``scheduled``) so the due flip, not the materialiser, decides timeliness; each
+insert is harmless to repeat (unique ``(tenant, job, due_at)``).
+
+Missed fire times (scheduler down, job paused then resumed, a definition whose first
+time is already past) follow ``missedRunPolicy``: ``run_once`` keeps the latest,
+``run_all`` keeps the latest ``run_all_cap`` and reports how many it dropped, ``skip``
+keeps none. A fire time is missed when it is more than ``grace`` in the past.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Final
+
+import asyncpg
+
+from tickwork import hashing
+from tickwork.cron import CronSchedule
+from tickwork.spec import MissedRunPolicy
+from tickwork.store import queries
+from tickwork.store.database import Connection
+from tickwork.store.runs import Origin, notify_ready
+
+LOCK_DUE_DEFINITIONS: Final = queries.get("lock_due_definitions")
+INSERT_PLANNED_RUNS: Final = queries.get("insert_planned_runs")
+ADVANCE_DEFINITIONS: Final = queries.get("advance_definitions")
+NOW_SQL: Final = "SELECT coalesce($1::timestamptz, now())"
+
+DEFAULT_LOOKAHEAD: Final = timedelta(seconds=60)
+DEFAULT_GRACE: Final = timedelta(seconds=10)
+RUN_ALL_CAP: Final = 100
+# Counting dropped fire times of a very long outage stops here (reported as at least).
+_COUNT_LIMIT: Final = 10_000
+
+
+@lru_cache(maxsize=4096)
+def compiled(expression: str, zone: str) -> CronSchedule:
+    """Parsed schedules, shared: a million definitions use far fewer distinct ones."""
+    return CronSchedule.parse(expression, zone)
+
+
+def idempotency_key(tenant: str, name: str, due_at: datetime, zone: str) -> str:
+    """``{tenant}/{name}@{dueAt in the job's zone, ISO-8601 with offset}``."""
+    local = due_at.astimezone(compiled("* * * * *", zone).tzinfo)
+    return f"{tenant}/{name}@{local.isoformat()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A due definition, as the materialiser reads it."""
+
+    tenant: str
+    name: str
+    next_due_at: datetime
+    cron: str | None
+    time_zone: str
+    jitter_seconds: int
+    missed_run_policy: MissedRunPolicy
+    starting_deadline_seconds: int | None
+
+    @classmethod
+    def from_record(cls, row: asyncpg.Record) -> Due:
+        return cls(
+            tenant=row["tenant"],
+            name=row["name"],
+            next_due_at=row["next_due_at"],
+            cron=None if row["one_off"] else row["cron"],
+            time_zone=row["time_zone"] or "UTC",
+            jitter_seconds=row["jitter_seconds"] or 0,
+            missed_run_policy=MissedRunPolicy(row["missed_run_policy"] or "run_once"),
+            starting_deadline_seconds=row["starting_deadline_seconds"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    due_times: tuple[datetime, ...]  # nominal times to insert runs for, ascending
+    next_due_at: datetime | None  # the next fire time after the horizon
+    dropped: int | None  # run_all: missed times over the cap (None: no catch-up now)
+
+
+def latest_before(
+    schedule: CronSchedule, after: datetime, until: datetime, count: int
+) -> tuple[list[datetime], int]:
+    """The last ``count`` fire times in ``(after, until]``, and how many there are in all
+    (saturating at ``_COUNT_LIMIT``), without walking a long outage minute by minute."""
+    window = timedelta(hours=1)
+    while True:
+        start = max(after, until - window)
+        times = schedule.between(start, until)
+        if len(times) >= count or start == after:
+            break
+        window *= 8
+    total = len(times)
+    if start > after:  # count what lies before the window, up to the limit
+        for instant in schedule.iter_after(after):
+            if instant > start or total >= _COUNT_LIMIT:
+                break
+            total += 1
+    return times[len(times) - count :], total
+
+
+def plan(
+    due: Due,
+    now: datetime,
+    lookahead: timedelta = DEFAULT_LOOKAHEAD,
+    grace: timedelta = DEFAULT_GRACE,
+    run_all_cap: int = RUN_ALL_CAP,
+) -> Plan:
+    """The nominal times to insert now for ``due``, and its next due time."""
+    horizon = now + lookahead
+    if due.cron is None:  # one-off runAt: once, however late
+        return Plan((due.next_due_at,), None, None)
+    schedule = compiled(due.cron, due.time_zone)
+    first = due.next_due_at  # always a fire time of the schedule
+    cutoff = now - grace
+    next_due = schedule.next_after(horizon)
+    if first > cutoff:
+        return Plan((first, *schedule.between(first, horizon)), next_due, None)
+    policy = due.missed_run_policy
+    dropped: int | None = None
+    if policy is MissedRunPolicy.skip:
+        missed: list[datetime] = []
+    elif policy is MissedRunPolicy.run_once:
+        missed = ([first, *latest_before(schedule, first, cutoff, 1)[0]])[-1:]
+    else:
+        kept, later = latest_before(schedule, first, cutoff, run_all_cap)
+        missed = [first, *kept][-run_all_cap:]
+        dropped = later + 1 - len(missed)
+    return Plan((*missed, *schedule.between(cutoff, horizon)), next_due, dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class Materialised:
+    definitions: int
+    runs: int
+    ready: int
+
+
+async def materialise(
+    conn: Connection,
+    now: datetime | None = None,
+    batch: int = 1000,
+    lookahead: timedelta = DEFAULT_LOOKAHEAD,
+    grace: timedelta = DEFAULT_GRACE,
+) -> Materialised:
+    """One batch: lock due definitions, insert their runs, advance ``next_due_at``."""
+    async with conn.transaction():
+        instant = await conn.fetchval(NOW_SQL, now)
+        assert isinstance(instant, datetime)
+        rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
+        if not rows:
+            return Materialised(0, 0, 0)
+        columns: tuple[list[object], ...] = tuple([] for _ in range(15))
+        advanced: tuple[list[object], ...] = ([], [], [], [])
+        for row in rows:
+            due = Due.from_record(row)
+            planned = plan(due, instant, lookahead, grace)
+            origin = Origin.cron if due.cron is not None else Origin.once
+            deadline = (
+                None
+                if due.starting_deadline_seconds is None
+                else timedelta(seconds=due.starting_deadline_seconds)
+            )
+            offset = timedelta(
+                seconds=hashing.jitter_offset(due.tenant, due.name, due.jitter_seconds)
+            )
+            for due_at in planned.due_times:
+                values = (
+                    due.tenant,
+                    due.name,
+                    row["queue"],
+                    row["priority"],
+                    origin.value,
+                    row["max_attempts"],
+                    row["retry_base"],
+                    row["retry_max"],
+                    row["timeout_seconds"],
+                    due_at,
+                    due_at + offset if origin is Origin.cron else due_at,
+                    None if deadline is None else due_at + deadline,
+                    idempotency_key(due.tenant, due.name, due_at, due.time_zone),
+                    row["payload"],
+                    len(columns[0]),
+                )
+                for column, value in zip(columns, values, strict=True):
+                    column.append(value)
+            for column, value in zip(
+                advanced,
+                (due.tenant, due.name, planned.next_due_at, planned.dropped),
+                strict=True,
+            ):
+                column.append(value)
+        inserted: Sequence[asyncpg.Record] = await conn.fetch(INSERT_PLANNED_RUNS, *columns, now)
+        await conn.execute(ADVANCE_DEFINITIONS, *advanced)
+        ready = [r["queue"] for r in inserted if r["state"] == "ready"]
+        await notify_ready(conn, ready)
+    return Materialised(len(rows), len(inserted), len(ready))
+
+
+async def materialise_all(
+    conn: Connection,
+    now: datetime | None = None,
+    batch: int = 1000,
+    lookahead: timedelta = DEFAULT_LOOKAHEAD,
+    max_batches: int = 1000,
+) -> Materialised:
+    """Batches until no definition is due (or ``max_batches``); one transaction each."""
+    total = Materialised(0, 0, 0)
+    for _ in range(max_batches):
+        done = await materialise(conn, now, batch, lookahead)
+        total = Materialised(
+            total.definitions + done.definitions, total.runs + done.runs, total.ready + done.ready
+        )
+        if done.definitions < batch:
+            break
+    return total

@@ -1,0 +1,68 @@
+-- The materialiser: due definitions in, cron runs out.
+
+-- name: lock_due_definitions
+-- Definitions whose next fire time falls before the horizon, earliest first. The
+-- partial index definitions_due keeps this proportional to DUE jobs, not all jobs.
+-- SKIP LOCKED: a definition being edited is simply picked up on the next pass.
+SELECT tenant,
+       name,
+       next_due_at,
+       queue,
+       priority,
+       spec -> 'schedule' ->> 'cron' AS cron,
+       spec -> 'schedule' ->> 'timeZone' AS time_zone,
+       (spec -> 'schedule' ->> 'jitterSeconds')::integer AS jitter_seconds,
+       spec -> 'schedule' ->> 'missedRunPolicy' AS missed_run_policy,
+       (spec -> 'schedule' ->> 'startingDeadlineSeconds')::integer
+           AS starting_deadline_seconds,
+       (spec ->> 'runAt') IS NOT NULL AS one_off,
+       (spec -> 'retry' ->> 'maxAttempts')::integer AS max_attempts,
+       (spec -> 'retry' ->> 'baseSeconds')::double precision AS retry_base,
+       (spec -> 'retry' ->> 'maxSeconds')::double precision AS retry_max,
+       (spec ->> 'timeoutSeconds')::integer AS timeout_seconds,
+       spec -> 'payload' AS payload
+FROM definitions
+WHERE NOT paused
+  AND next_due_at IS NOT NULL
+  AND next_due_at <= $1::timestamptz
+ORDER BY next_due_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+
+-- name: insert_planned_runs
+-- A run already there for (tenant, job, due_at) or its idempotency key is left alone,
+-- so materialising twice (failover, split brain) inserts nothing the second time.
+WITH clock AS (
+    SELECT coalesce($16::timestamptz, now()) AS now
+)
+INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
+                  retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+                  idempotency_key, payload, created_at, updated_at, finished_at)
+SELECT p.tenant, p.job, p.queue, p.priority,
+       CASE WHEN p.start_deadline < clock.now THEN 'skipped'
+            WHEN p.ready_at <= clock.now THEN 'ready'
+            ELSE 'scheduled' END,
+       p.origin, p.max_attempts, p.retry_base, p.retry_max, p.timeout_seconds,
+       p.due_at, p.ready_at, p.start_deadline, p.idempotency_key, p.payload,
+       clock.now, clock.now,
+       CASE WHEN p.start_deadline < clock.now THEN clock.now END
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[],
+            $6::integer[], $7::double precision[], $8::double precision[],
+            $9::integer[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[],
+            $13::text[], $14::jsonb[], $15::bigint[])
+     AS p(tenant, job, queue, priority, origin, max_attempts, retry_base, retry_max,
+          timeout_seconds, due_at, ready_at, start_deadline, idempotency_key, payload,
+          ordinal),
+     clock
+ORDER BY p.ordinal
+ON CONFLICT DO NOTHING
+RETURNING queue, state
+
+-- name: advance_definitions
+-- $4: fire times a run_all catch-up dropped over its cap (NULL: keep the last report).
+UPDATE definitions AS d
+SET next_due_at = a.next_due_at,
+    missed_dropped = coalesce(a.dropped, d.missed_dropped)
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[])
+     AS a(tenant, name, next_due_at, dropped)
+WHERE d.tenant = a.tenant AND d.name = a.name
