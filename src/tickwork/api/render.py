@@ -6,6 +6,7 @@ the database holds (``orjson.Fragment``), never parsed on the way out.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Final
 
 import orjson
@@ -77,6 +78,11 @@ def run_with_attempts(item: Run, attempts: list[Attempt]) -> dict[str, Any]:
     return document
 
 
+def _earliest(*instants: datetime | None) -> datetime | None:
+    known = [i for i in instants if i is not None]
+    return min(known) if known else None
+
+
 def job(view: JobView) -> dict[str, Any]:
     definition, summary = view.definition, view.summary
     last = summary.last_run
@@ -85,7 +91,7 @@ def job(view: JobView) -> dict[str, Any]:
         "tenant": definition.tenant,
         "spec": definition.spec.to_document(),
         "paused": definition.paused,
-        "nextRunAt": definition.next_due_at,
+        "nextRunAt": _earliest(summary.next_scheduled, definition.next_due_at),
         "lastRun": None
         if last is None
         else {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tickwork import __version__
-from tickwork.cli import dev, roles, schedule
+from tickwork.cli import client, dev, roles, schedule
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +19,9 @@ cli.add_command(dev.dev)
 cli.add_command(roles.migrate)
 cli.add_command(roles.scheduler)
 cli.add_command(roles.dispatcher)
+cli.add_command(client.jobs)
+cli.add_command(client.runs)
+cli.add_command(client.dlq)
 
 
 def main() -> None:

@@ -300,6 +300,7 @@ class JobRunSummary:
     active: int
     dead: int
     last_run: Run | None
+    next_scheduled: datetime | None = None
 
 
 async def summary_of_job(conn: Connection, shard: int, tenant: str, job: str) -> JobRunSummary:
@@ -307,7 +308,12 @@ async def summary_of_job(conn: Connection, shard: int, tenant: str, job: str) ->
     assert counts is not None
     last = await conn.fetchrow(LAST_FINISHED_RUN, tenant, job)
     last_run = Run.from_record(shard, last) if last is not None else None
-    return JobRunSummary(active=counts["active"], dead=counts["dead"], last_run=last_run)
+    return JobRunSummary(
+        active=counts["active"],
+        dead=counts["dead"],
+        last_run=last_run,
+        next_scheduled=counts["next_scheduled"],
+    )
 
 
 async def audit(

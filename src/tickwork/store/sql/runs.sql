@@ -77,10 +77,12 @@ WHERE r.tenant = $1 AND r.job = $2
 RETURNING r.id, r.state
 
 -- name: job_run_counts
+-- next_scheduled: the earliest materialised run still waiting for its time.
 SELECT count(*) FILTER (WHERE state = 'leased') AS active,
-       count(*) FILTER (WHERE state = 'dead') AS dead
+       count(*) FILTER (WHERE state = 'dead') AS dead,
+       min(due_at) FILTER (WHERE state = 'scheduled') AS next_scheduled
 FROM runs
-WHERE tenant = $1 AND job = $2 AND state IN ('leased', 'dead')
+WHERE tenant = $1 AND job = $2 AND state IN ('leased', 'dead', 'scheduled')
 
 -- name: last_finished_run
 SELECT *

@@ -1,0 +1,346 @@
+"""``tickwork jobs | runs | dlq``: a client of the HTTP API for people.
+
+Tables by default, the API's JSON with ``--json``. The server and token come from
+``--url``/``--token`` or ``TICKWORK_URL``/``TICKWORK_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import httpx
+import yaml
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Client:
+    url: str
+    token: str
+    tenant: str | None
+    as_json: bool
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        if self.tenant:
+            query["tenant"] = self.tenant
+        try:
+            response = httpx.request(
+                method,
+                self.url.rstrip("/") + path,
+                json=body,
+                params=query,
+                headers={"Authorization": f"Bearer {self.token}", **(headers or {})},
+                timeout=30,
+            )
+        except httpx.HTTPError as error:
+            raise click.ClickException(f"cannot reach {self.url}: {error}") from error
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+                message = f"{problem.get('title')}: {problem.get('detail')}"
+            except ValueError:
+                message = response.text.strip() or response.reason_phrase
+            raise click.ClickException(f"{response.status_code} {message}")
+        return response.json()
+
+    def show(self, document: Any, columns: Sequence[str] | None = None) -> None:
+        if self.as_json:
+            click.echo(json.dumps(document, indent=2))
+            return
+        items = document.get("items", [document]) if isinstance(document, dict) else document
+        if columns is None:
+            for key, value in document.items():
+                click.echo(f"{key:>16}  {_cell(value)}")
+            return
+        _table(items, columns)
+        if isinstance(document, dict) and document.get("nextCursor"):
+            click.echo(f"(more: --cursor {document['nextCursor']})")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _table(items: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    rows = [[_cell(_dig(item, column)) for column in columns] for item in items]
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in rows:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _dig(item: dict[str, Any], column: str) -> Any:
+    value: Any = item
+    for part in column.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def connection_options(function: F) -> F:
+    decorated: Any = click.pass_context(function)
+    decorated = click.option(
+        "--url",
+        envvar="TICKWORK_URL",
+        default="http://127.0.0.1:8080",
+        show_default=True,
+        help="API URL. [env TICKWORK_URL]",
+    )(decorated)
+    decorated = click.option(
+        "--token", envvar="TICKWORK_TOKEN", required=True, help="API token. [env TICKWORK_TOKEN]"
+    )(decorated)
+    decorated = click.option("--tenant", default=None, help="Admin tokens: act for this tenant.")(
+        decorated
+    )
+    result: F = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")(
+        decorated
+    )
+    return result
+
+
+def _client(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
+    ctx.obj = Client(url, token, tenant, as_json)
+
+
+JOB_COLUMNS = (
+    "name",
+    "spec.schedule.cron",
+    "spec.queue",
+    "spec.priority",
+    "paused",
+    "nextRunAt",
+    "lastRun.state",
+    "activeRuns",
+    "deadRuns",
+)
+RUN_COLUMNS = ("runId", "job", "state", "attempt", "maxAttempts", "priority", "dueAt", "finishedAt")
+
+
+@click.group()
+@connection_options
+def jobs(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
+    """Manage job definitions."""
+    _client(ctx, url, token, tenant, as_json)
+
+
+@jobs.command("list")
+@click.option("--cursor", default=None)
+@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@click.pass_obj
+def jobs_list(client: Client, cursor: str | None, limit: int | None) -> None:
+    """The tenant's jobs."""
+    client.show(
+        client.call("GET", "/v1/jobs", params={"cursor": cursor, "limit": limit}), JOB_COLUMNS
+    )
+
+
+@jobs.command("get")
+@click.argument("name")
+@click.pass_obj
+def jobs_get(client: Client, name: str) -> None:
+    """One job with its status."""
+    client.show(client.call("GET", f"/v1/jobs/{name}"))
+
+
+@jobs.command("apply")
+@click.option(
+    "-f",
+    "--file",
+    "path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="A ScheduledJob manifest (YAML), or a JobSpec (YAML/JSON) with --name.",
+)
+@click.option("--name", default=None, help="Job name when the file holds a bare JobSpec.")
+@click.pass_obj
+def jobs_apply(client: Client, path: Path, name: str | None) -> None:
+    """Create or replace jobs from a file."""
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text("utf-8")) if d is not None]
+    except yaml.YAMLError as error:
+        raise click.ClickException(f"{path}: {error}") from error
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") == "ScheduledJob":
+            job_name = (document.get("metadata") or {}).get("name")
+            spec = document.get("spec") or {}
+        else:
+            job_name, spec = name, document
+        if not job_name:
+            raise click.UsageError("the file holds a bare JobSpec: give --name")
+        client.show(client.call("PUT", f"/v1/jobs/{job_name}", body=spec), JOB_COLUMNS)
+
+
+@jobs.command("delete")
+@click.argument("name")
+@click.pass_obj
+def jobs_delete(client: Client, name: str) -> None:
+    """Delete a job (cancels its pending runs, keeps history)."""
+    client.show(client.call("DELETE", f"/v1/jobs/{name}"))
+
+
+@jobs.command("pause")
+@click.argument("name")
+@click.pass_obj
+def jobs_pause(client: Client, name: str) -> None:
+    """Pause a job: no new cron runs."""
+    client.show(client.call("POST", f"/v1/jobs/{name}:pause"), JOB_COLUMNS)
+
+
+@jobs.command("resume")
+@click.argument("name")
+@click.pass_obj
+def jobs_resume(client: Client, name: str) -> None:
+    """Resume a job (missed runs follow its missedRunPolicy)."""
+    client.show(client.call("POST", f"/v1/jobs/{name}:resume"), JOB_COLUMNS)
+
+
+@jobs.command("run")
+@click.argument("name")
+@click.option("--payload", default=None, help="JSON payload (overrides the job's).")
+@click.option("--delay", "delay_seconds", type=float, default=None, help="Run after seconds.")
+@click.option(
+    "--at",
+    "run_at",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z"]),
+    default=None,
+    help="Run at this instant (e.g. 2026-03-15T02:00:00+01:00).",
+)
+@click.option("--idempotency-key", default=None, help="Same key twice → same run.")
+@click.option("--priority", type=click.Choice(["critical", "default", "bulk"]), default=None)
+@click.option("--if-not-running", is_flag=True, help="Refuse while the job is at its limit.")
+@click.pass_obj
+def jobs_run(
+    client: Client,
+    name: str,
+    payload: str | None,
+    delay_seconds: float | None,
+    run_at: datetime | None,
+    idempotency_key: str | None,
+    priority: str | None,
+    if_not_running: bool,
+) -> None:
+    """Enqueue a run of a job now, later, or at an instant."""
+    body: dict[str, Any] = {}
+    if payload is not None:
+        try:
+            body["payload"] = json.loads(payload)
+        except ValueError as error:
+            raise click.BadParameter(f"not JSON: {error}", param_hint="--payload") from error
+    if delay_seconds is not None:
+        body["delaySeconds"] = delay_seconds
+    if run_at is not None:
+        body["runAt"] = run_at.isoformat()
+    if priority is not None:
+        body["priority"] = priority
+    if if_not_running:
+        body["ifNotRunning"] = True
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    client.show(
+        client.call("POST", f"/v1/jobs/{name}/runs", body=body, headers=headers), RUN_COLUMNS
+    )
+
+
+@click.group()
+@connection_options
+def runs(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
+    """Inspect and cancel runs."""
+    _client(ctx, url, token, tenant, as_json)
+
+
+@runs.command("list")
+@click.argument("job")
+@click.option("--state", default=None, help="Only runs in this state.")
+@click.option("--cursor", default=None)
+@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@click.pass_obj
+def runs_list(
+    client: Client, job: str, state: str | None, cursor: str | None, limit: int | None
+) -> None:
+    """A job's runs, newest first."""
+    client.show(
+        client.call(
+            "GET", f"/v1/jobs/{job}/runs", params={"state": state, "cursor": cursor, "limit": limit}
+        ),
+        RUN_COLUMNS,
+    )
+
+
+@runs.command("get")
+@click.argument("run_id")
+@click.pass_obj
+def runs_get(client: Client, run_id: str) -> None:
+    """One run with its attempts."""
+    document = client.call("GET", f"/v1/runs/{run_id}")
+    if client.as_json:
+        client.show(document)
+        return
+    attempts = document.pop("attempts", [])
+    client.show(document)
+    if attempts:
+        click.echo("")
+        _table(
+            attempts, ("attempt", "workerId", "leasedAt", "finishedAt", "outcome", "error.message")
+        )
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.pass_obj
+def runs_cancel(client: Client, run_id: str) -> None:
+    """Cancel a run (a leased run is asked to stop)."""
+    client.show(client.call("POST", f"/v1/runs/{run_id}:cancel"), RUN_COLUMNS)
+
+
+@click.group()
+@connection_options
+def dlq(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
+    """The dead-letter queue."""
+    _client(ctx, url, token, tenant, as_json)
+
+
+@dlq.command("list")
+@click.option("--job", default=None, help="Only this job's dead runs.")
+@click.option("--cursor", default=None)
+@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@click.pass_obj
+def dlq_list(client: Client, job: str | None, cursor: str | None, limit: int | None) -> None:
+    """Dead runs, newest first."""
+    client.show(
+        client.call("GET", "/v1/dlq", params={"job": job, "cursor": cursor, "limit": limit}),
+        ("runId", "job", "attempt", "finishedAt", "lastError.message"),
+    )
+
+
+@dlq.command("replay")
+@click.argument("run_id")
+@click.pass_obj
+def dlq_replay(client: Client, run_id: str) -> None:
+    """Re-enqueue a dead run with a fresh attempt budget."""
+    client.show(client.call("POST", f"/v1/dlq/{run_id}:replay"), RUN_COLUMNS)
+
+
+@dlq.command("discard")
+@click.argument("run_id")
+@click.pass_obj
+def dlq_discard(client: Client, run_id: str) -> None:
+    """End a dead run."""
+    client.show(client.call("POST", f"/v1/dlq/{run_id}:discard"), RUN_COLUMNS)
