@@ -30,6 +30,8 @@ class TickReport:
     promoted: int = 0
     skipped: int = 0
     reaped: int = 0
+    # Seconds until this shard's next waiting run is due (None: nothing waiting).
+    next_due_in: float | None = None
 
     @property
     def changed(self) -> bool:
@@ -76,6 +78,7 @@ class Scheduler:
             report.promoted, report.skipped = promoted.ready, promoted.skipped
             reaped = await leases.reap(conn, self.batch, now, self.rng)
             report.reaped = reaped.total
+            report.next_due_in = await leases.seconds_until_next_due(conn, now)
         if report.changed:
             logger.info(
                 "scheduler pass: shard %d materialised %d, promoted %d, skipped %d, reaped %d",
@@ -107,16 +110,24 @@ class Scheduler:
         self.passed.set()
         return reports
 
+    def _pause(self, reports: Sequence[TickReport]) -> float:
+        """Until the next pass: the interval, or sooner when a waiting run falls due
+        before it (so a run is ready within milliseconds of its time, not a second)."""
+        upcoming = [r.next_due_in for r in reports if r.next_due_in is not None]
+        # A floor keeps a run held by a slow transaction from turning this into a spin.
+        return max(0.01, min([self.interval, *upcoming]))
+
     async def run(self, stop: asyncio.Event) -> None:
         """Pass over the shards every ``interval`` seconds until ``stop`` is set."""
         while not stop.is_set():
-            await self.pass_once()
+            reports = await self.pass_once()
+            pause = self._pause(reports)
             self._wake.clear()
             stopped = asyncio.create_task(stop.wait())
             woken = asyncio.create_task(self._wake.wait())
             try:
                 await asyncio.wait(
-                    {stopped, woken}, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED
+                    {stopped, woken}, timeout=pause, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
                 stopped.cancel()

@@ -33,6 +33,7 @@ COMPLETION_OF: Final = queries.get("completion_of")
 RUN_STATE: Final = "SELECT state, tenant, queue FROM runs WHERE id = $1"
 PROMOTE_DUE: Final = queries.get("promote_due")
 SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
+SECONDS_UNTIL_NEXT_DUE: Final = queries.get("seconds_until_next_due")
 
 MAX_BATCH: Final = 100
 MAX_EXTENSION_SECONDS: Final = 6 * 3600
@@ -395,3 +396,9 @@ async def promote_due(conn: Connection, limit: int = 5000, now: datetime | None 
         await notify_ready(conn, ready_queues)
     skipped = len(rows) - len(ready_queues) + len(late)
     return Promoted(ready=len(ready_queues), skipped=skipped)
+
+
+async def seconds_until_next_due(conn: Connection, now: datetime | None = None) -> float | None:
+    """Seconds until the earliest scheduled or retry-waiting run is due (None: none)."""
+    seconds = await conn.fetchval(SECONDS_UNTIL_NEXT_DUE, now)
+    return None if seconds is None else float(seconds)

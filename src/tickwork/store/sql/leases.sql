@@ -187,3 +187,10 @@ RETURNING r.id
 -- Wake long-polling lease requests; delivered only when the transaction commits.
 SELECT pg_notify('tickwork_ready', queue)
 FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS queues
+
+-- name: seconds_until_next_due
+-- How long until the next waiting run becomes due (NULL: none waiting), so the
+-- scheduler can wake for it instead of up to a whole interval late.
+SELECT extract(epoch FROM min(ready_at) - coalesce($1::timestamptz, now()))::double precision
+FROM runs
+WHERE state IN ('scheduled', 'retry_wait')
