@@ -16,6 +16,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -24,6 +25,7 @@ from aiohttp import web
 
 from tickwork.jobs import EnqueueRequest
 from tickwork.spec import JobSpec
+from tickwork.store import leases
 from tickwork.store.runs import State
 from tickwork.worker import (
     ApiError,
@@ -321,14 +323,16 @@ async def test_lost_lease_drops_the_outcome(api_server: Any) -> None:
     async with running(worker):
         async with asyncio.timeout(WAIT):
             await started.wait()
-        # The lease runs out behind the worker's back and the reaper takes the run.
-        shard, local = api_server.jobs.locate_run(run_id)
-        async with api_server.database.connection(shard) as conn:
-            await conn.execute(
-                "UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
-                local,
-            )
-        await api_server.scheduler.pass_once()
+        # The reaper, an hour from now, takes the run back behind the worker's back (one
+        # statement, so no heartbeat slips in between; retried if a heartbeat holds the row).
+        shard, _ = api_server.jobs.locate_run(run_id)
+        later = datetime.now(UTC) + timedelta(hours=1)
+        async with asyncio.timeout(WAIT):
+            while True:
+                async with api_server.database.connection(shard) as conn:
+                    if (await leases.reap(conn, now=later)).total:
+                        break
+                await asyncio.sleep(0.01)
         [result] = await results.wait(1)
 
     assert result.outcome == "dropped" and result.state is None
@@ -362,6 +366,31 @@ async def test_stop_drains_in_flight_runs(api_server: Any) -> None:
     assert [(r.run_id, r.state) for r in results.items] == [(first, "succeeded")]
     assert (await state_of(api_server, first))[0].state is State.succeeded
     assert (await state_of(api_server, second))[0].state is State.ready
+
+
+async def test_drain_timeout_fails_unfinished_runs_for_a_retry(api_server: Any) -> None:
+    await put_job(api_server, "hangs", retry={"maxAttempts": 3, "baseSeconds": 60})
+    run_id = await enqueue(api_server, "hangs")
+    results = Results()
+    worker = make_worker(api_server, results, drain_timeout=0.1)
+    started = asyncio.Event()
+
+    @worker.handler(job="hangs")
+    async def hangs(ctx: RunContext) -> None:
+        started.set()
+        await asyncio.Event().wait()  # never returns on its own
+
+    task = asyncio.create_task(worker.run())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+    worker.stop()
+    async with asyncio.timeout(WAIT):
+        await task
+
+    [result] = results.items
+    assert (result.outcome, result.retryable, result.state) == ("failed", True, "retry_wait")
+    assert result.message == "worker stopped before the handler finished"
+    assert (await state_of(api_server, run_id))[0].state is State.retry_wait
 
 
 async def test_sigterm_drains_and_completes(api_server: Any) -> None:

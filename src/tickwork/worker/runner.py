@@ -306,8 +306,12 @@ class Worker:
 
     def stop(self, *, force: bool = False) -> None:
         """Stop leasing, let running handlers finish (up to ``drain_timeout``), report
-        their outcomes, then return from ``run()``. ``force=True`` cancels the pending
-        lease call and the handlers at once. Safe to call from any thread."""
+        their outcomes, then return from ``run()``.
+
+        A lease call already waiting is let finish (up to ``wait_seconds``) and its runs
+        are run too: abandoning it could strand runs it already claimed until their
+        leases run out. ``force=True`` cancels the pending lease call and the handlers
+        at once. Safe to call from any thread, and before ``run()``."""
         loop = self._loop
         if loop is None:
             self._stop_requested = True
@@ -323,10 +327,12 @@ class Worker:
 
     def _stop(self, force: bool) -> None:
         if not self._stop_event.is_set():
+            polling = self._lease_call is not None and not self._lease_call.done()
             log.info(
-                "worker %s stopping: draining %d run(s)",
+                "worker %s stopping: draining %d run(s)%s",
                 self.worker_id,
                 len(self._tasks),
+                f", after the pending lease call (up to {self.wait_seconds:g}s)" if polling else "",
                 extra={"action": "drain"},
             )
         if not self._stop_event.is_set():
