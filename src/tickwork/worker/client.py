@@ -339,7 +339,7 @@ class WorkerClient:
             ) as response:
                 raw = await response.read()
                 status = response.status
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
+        except aiohttp.ClientError as error:  # refused, reset, malformed HTTP, ...
             raise ApiUnreachable(f"{url}: {error or type(error).__name__}") from error
         except TimeoutError as error:
             raise ApiUnreachable(f"{url}: no answer in time") from error

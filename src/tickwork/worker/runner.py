@@ -243,7 +243,10 @@ class Worker:
 
     def handler_for(self, job: str, queue: str) -> Handler | None:
         """The handler of a run: the job's, else the queue's, else the default."""
-        return self._by_job.get(job) or self._by_queue.get(queue) or self._default
+        found = self._by_job.get(job)
+        if found is None:
+            found = self._by_queue.get(queue, self._default)
+        return found
 
     # Running
 
@@ -669,9 +672,7 @@ class Worker:
                 for h in batch:
                     h.completing = True
                 try:
-                    answers = await client.complete_many(
-                        [h.completion for h in batch if h.completion is not None]
-                    )
+                    answers = await client.complete_many([_completion_of(h) for h in batch])
                 except Exception as error:
                     for h in batch:
                         h.completing = False
@@ -771,6 +772,11 @@ class Worker:
                 len(self._pending) + sum(h.completing for h in self._held.values()),
                 extra={"action": "undelivered"},
             )
+
+
+def _completion_of(held: _Held) -> Completion:
+    assert held.completion is not None, "only finished runs wait for completion"
+    return held.completion
 
 
 def _message(error: BaseException) -> str:
