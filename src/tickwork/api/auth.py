@@ -20,7 +20,8 @@ from typing import Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tickwork.errors import Forbidden, Unauthenticated
+from tickwork.errors import Forbidden, InvalidRequest, Unauthenticated
+from tickwork.spec import check_tenant
 from tickwork.store.leases import Scope
 
 
@@ -43,6 +44,10 @@ class Principal:
         if requested is None or requested == self.tenant:
             return self.tenant
         if self.role is Role.admin:
+            try:
+                check_tenant(requested)
+            except ValueError as error:
+                raise InvalidRequest(str(error), field="tenant") from error
             return requested
         raise Forbidden(
             f"this token acts for tenant {self.tenant!r}, not {requested!r}", field="tenant"

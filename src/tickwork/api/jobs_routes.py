@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import UTC
+from typing import Annotated, Any, Final
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
-from pydantic import ValidationError
+from pydantic import BeforeValidator, ValidationError
 from starlette.responses import Response
 
+from tickwork import shards
 from tickwork.api import models, problems, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
-from tickwork.errors import InvalidRequest, NotFound
+from tickwork.errors import InvalidRequest, NotFound, TickworkError
 from tickwork.jobs import DeadCursor, EnqueueRequest
 from tickwork.spec import JobSpec, check_name
 from tickwork.store.runs import Run, State
@@ -60,6 +62,42 @@ def _own_run(caller: Principal, run: Run) -> None:
         raise NotFound(f"no run {run.run_id!r}", field="runId")
 
 
+# The largest count or duration the store keeps in an integer column.
+_MAX_STORED_INT: Final = 2**31 - 1
+
+
+def _storable_payload(document: Any) -> Any:
+    """Before the spec's own checks: refuse payload JSON the database cannot hold."""
+    if isinstance(document, dict) and "payload" in document:
+        problem = models.json_problem(document["payload"])
+        if problem is not None:
+            raise InvalidRequest(f"payload: {problem}", field="payload")
+    return document
+
+
+def _check_storable(spec: JobSpec) -> None:
+    """Refuse values the spec admits but the store cannot hold."""
+    if spec.run_at is not None:
+        try:
+            spec.run_at.astimezone(UTC)
+        except OverflowError:
+            raise InvalidRequest(
+                "runAt: the instant must fall in years 1-9999 in UTC", field="runAt"
+            ) from None
+    if spec.concurrency > _MAX_STORED_INT:
+        raise InvalidRequest(f"concurrency must be at most {_MAX_STORED_INT}", field="concurrency")
+    deadline = None if spec.schedule is None else spec.schedule.starting_deadline_seconds
+    if deadline is not None and deadline > _MAX_STORED_INT:
+        raise InvalidRequest(
+            f"schedule.startingDeadlineSeconds must be at most {_MAX_STORED_INT}",
+            field="schedule.startingDeadlineSeconds",
+        )
+
+
+def _cursor_problem(error: TickworkError | ValueError) -> InvalidRequest:
+    return InvalidRequest(f"malformed cursor: {error}", field="cursor")
+
+
 async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]:
     return render.job(await svc.jobs.get(tenant, name))
 
@@ -70,13 +108,18 @@ async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]
     responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_errors},
 )
 async def put_job(
-    name: JobName, spec: JobSpec, caller: Caller, svc: Svc, tenant: TenantParam = None
+    name: JobName,
+    spec: Annotated[JobSpec, BeforeValidator(_storable_payload)],
+    caller: Caller,
+    svc: Svc,
+    tenant: TenantParam = None,
 ) -> Response:
     owner = _team(caller, tenant)
     try:
         check_name(name)
     except ValueError as error:
         raise InvalidRequest(str(error), field="name") from error
+    _check_storable(spec)
     _, created = await svc.jobs.put(owner, name, spec, caller.subject)
     return responses.json(await _job_document(svc, owner, name), 201 if created else 200)
 
@@ -122,6 +165,11 @@ async def list_jobs(
     limit: Limit = None,
 ) -> Response:
     owner = _team(caller, tenant)
+    if cursor is not None:
+        try:
+            check_name(cursor)  # the cursor is the last name of the previous page
+        except ValueError as error:
+            raise _cursor_problem(error) from error
     page, next_cursor = await svc.jobs.list_jobs(owner, cursor, _limit(svc, limit))
     items = [render.job(view) for view in page]
     return responses.json({"items": items, "nextCursor": next_cursor})
@@ -302,6 +350,11 @@ async def list_runs(
     tenant: TenantParam = None,
 ) -> Response:
     owner = _team(caller, tenant)
+    if cursor is not None:
+        try:
+            shards.parse_run_id(cursor, svc.database.shard_count)
+        except NotFound as error:
+            raise _cursor_problem(error) from error
     page, next_cursor = await svc.jobs.runs_of_job(
         owner, _job_name(name), state, cursor, _limit(svc, limit)
     )
@@ -346,9 +399,15 @@ async def list_dead(
     owner = _team(caller, tenant)
     if job is not None:
         _job_name(job)
-    page, next_cursor = await svc.jobs.dead_letters(
-        owner, job, None if cursor is None else DeadCursor.decode(cursor), _limit(svc, limit)
-    )
+    after = None if cursor is None else DeadCursor.decode(cursor)
+    if after is not None:
+        try:
+            after.finished_at.astimezone(UTC)
+        except OverflowError as error:
+            raise _cursor_problem(ValueError("instant out of range")) from error
+        if not 0 <= after.shard < svc.database.shard_count or not 0 <= after.id < 2**63:
+            raise _cursor_problem(ValueError("position out of range"))
+    page, next_cursor = await svc.jobs.dead_letters(owner, job, after, _limit(svc, limit))
     return responses.json(
         {
             "items": [render.run(r) for r in page],

@@ -7,11 +7,13 @@ Cold routes validate requests with these models; the hot worker routes parse by 
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from tickwork import spec
 from tickwork.spec import JobSpec, Priority
@@ -30,6 +32,61 @@ State = Literal[
     "discarded",
     "skipped",
 ]
+
+
+def text_problem(text: str) -> str | None:
+    """Why PostgreSQL cannot store ``text`` as given (NUL, lone surrogates), or None."""
+    if "\x00" in text:
+        return "text must not contain NUL (\\u0000) characters"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "text must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored as ``jsonb`` exactly as given, or None: NUL or lone
+    surrogates in a string or key, a number outside 64 bits, NaN or an infinity."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return problem
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int) and not -(2**63) <= item < 2**64:
+            return "numbers must fit in 64 bits"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+    return None
+
+
+def check_payload(value: JsonValue) -> JsonValue:
+    problem = json_problem(value)
+    if problem is not None:
+        raise PydanticCustomError("invalid_payload", problem)
+    return spec.check_payload(value)  # type: ignore[no-any-return]
+
+
+def check_instant(value: datetime | None) -> datetime | None:
+    """Refuse instants that have no UTC equivalent in years 1-9999."""
+    if value is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise PydanticCustomError(
+                "datetime_out_of_range", "the instant must fall in years 1-9999 in UTC"
+            ) from None
+    return value
 
 
 class Model(BaseModel):
@@ -127,7 +184,12 @@ class EnqueueRequest(Model):
     @field_validator("payload")
     @classmethod
     def _size(cls, value: JsonValue) -> JsonValue:
-        return spec.check_payload(value)  # type: ignore[no-any-return]
+        return check_payload(value)
+
+    @field_validator("run_at")
+    @classmethod
+    def _instant(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value)
 
 
 class BatchEnqueueItem(Model):
@@ -136,10 +198,23 @@ class BatchEnqueueItem(Model):
     payload: spec.Payload = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
 
+    @field_validator("idempotency_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        problem = None if value is None else text_problem(value)
+        if problem is not None:
+            raise PydanticCustomError("invalid_text", problem)
+        return value
+
     @field_validator("payload")
     @classmethod
     def _size(cls, value: JsonValue) -> JsonValue:
-        return spec.check_payload(value)  # type: ignore[no-any-return]
+        return check_payload(value)
+
+    @field_validator("run_at")
+    @classmethod
+    def _instant(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value)
 
 
 class BatchEnqueueRequest(Model):

@@ -164,6 +164,9 @@ def _completion(document: dict[str, Any], run_id: str, where: str = "") -> Compl
                 f"{where}error.retryable must be a boolean", field=where + "error.retryable"
             )
         retryable = flag
+        problem = models.json_problem(error)
+        if problem is not None:
+            raise InvalidRequest(f"{where}error: {problem}", field=where + "error")
         if len(orjson.dumps(error)) > MAX_ERROR_BYTES:
             raise InvalidRequest(
                 f"{where}error is larger than {MAX_ERROR_BYTES} bytes", field=where + "error"
@@ -198,7 +201,7 @@ async def lease(request: Request) -> Response:
     if (
         not isinstance(queues, list)
         or not 1 <= len(queues) <= 100
-        or not all(isinstance(q, str) and q for q in queues)
+        or not all(isinstance(q, str) and q and models.text_problem(q) is None for q in queues)
     ):
         raise InvalidRequest("queues must be a list of 1..100 queue names", field="queues")
     caller.check_queues(queues)
@@ -208,9 +211,13 @@ async def lease(request: Request) -> Response:
     wait = _number(document, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
     lease_seconds = _number(document, "leaseSeconds", 30, 1, MAX_LEASE_SECONDS)
     worker_id = document.get("workerId") or _DEFAULT_WORKER
-    if not isinstance(worker_id, str) or len(worker_id) > 256:
+    if (
+        not isinstance(worker_id, str)
+        or len(worker_id) > 256
+        or models.text_problem(worker_id) is not None
+    ):
         raise InvalidRequest(
-            "workerId must be a string of at most 256 characters", field="workerId"
+            "workerId must be text of at most 256 characters, without NUL", field="workerId"
         )
     tenant = None if caller.role is Role.admin else caller.tenant
 
