@@ -98,7 +98,7 @@ def test_schedule_and_run_at_together_are_refused() -> None:
 def test_invalid_cron_is_refused_naming_the_schedule(expression: str, hint: str) -> None:
     kind, location, message = refusal({"schedule": {"cron": expression}})
     assert kind == "invalid_schedule"
-    assert location == ("schedule",)
+    assert location == ("schedule", "cron")
     assert expression.split()[0] in message or expression in message
     assert hint in message
 
@@ -107,7 +107,7 @@ def test_unknown_zone_is_refused() -> None:
     kind, location, message = refusal(
         {"schedule": {"cron": "0 2 * * *", "timeZone": "Mars/Olympus"}}
     )
-    assert (kind, location) == ("invalid_schedule", ("schedule",))
+    assert (kind, location) == ("invalid_schedule", ("schedule", "timeZone"))
     assert "Mars/Olympus" in message
 
 
