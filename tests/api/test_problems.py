@@ -1,0 +1,218 @@
+"""Every refusal is an RFC 9457 problem with the contract's type, status and field."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import httpx
+from conftest import ApiServer
+
+PROBLEMS = "https://tickwork.dev/problems/"
+LIMIT = 256 * 1024
+# One TLS context for every client: httpx would load the CA bundle per client otherwise.
+TLS = ssl.create_default_context()
+
+
+def client(api_server: ApiServer, token: str | None = None) -> httpx.AsyncClient:
+    headers = {} if token is None else api_server.headers(token)
+    return httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS)
+
+
+def assert_problem(
+    response: httpx.Response, status: int, slug: str, field: str | None = None
+) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem: dict[str, Any] = response.json()
+    assert problem["type"] == PROBLEMS + slug, problem
+    assert problem["status"] == status
+    assert isinstance(problem["title"], str) and problem["title"]
+    assert isinstance(problem["detail"], str) and problem["detail"]
+    assert set(problem) <= {"type", "title", "status", "detail", "field"}
+    if field is not None:
+        assert problem.get("field") == field, problem
+    return problem
+
+
+async def test_every_problem_type_of_the_contract_has_the_same_shape(
+    api_server: ApiServer,
+) -> None:
+    """One call per slug (quota-exceeded has no quota to exceed in this configuration)."""
+    seen: dict[str, int] = {}
+    async with client(api_server, api_server.team_token) as team:
+        assert (await team.put("/v1/jobs/one", json={"concurrency": 1})).status_code == 201
+        run = (await team.post("/v1/jobs/one/runs")).json()
+        responses = [
+            await team.put("/v1/jobs/bad", json={"schedule": {"cron": "every day"}}),
+            await team.put("/v1/jobs/bad", json={"priority": "urgent"}),
+            await team.put("/v1/jobs/bad?tenant=globex", json={}),
+            await team.get("/v1/jobs/missing"),
+            await team.post("/v1/jobs/one/runs", json={"payload": "x" * LIMIT}),
+        ]
+    async with client(api_server, api_server.worker_token) as worker:
+        [granted] = (await worker.post("/v1/lease", json={"queues": ["default"]})).json()["leases"]
+        responses.append(
+            await worker.post(
+                f"/v1/runs/{run['runId']}/heartbeat",
+                json={"fencingToken": granted["fencingToken"] + 1},
+            )
+        )
+    async with client(api_server, api_server.team_token) as team:
+        responses.append(await team.post("/v1/jobs/one/runs", json={"ifNotRunning": True}))
+        responses.append(await team.post(f"/v1/dlq/{run['runId']}:replay"))
+    async with client(api_server) as anonymous:
+        responses.append(await anonymous.get("/v1/jobs"))
+
+    for response in responses:
+        slug = response.json()["type"].removeprefix(PROBLEMS)
+        seen[slug] = assert_problem(response, response.status_code, slug)["status"]
+    assert seen == {
+        "invalid-schedule": 400,
+        "invalid-request": 400,
+        "unauthenticated": 401,
+        "forbidden": 403,
+        "not-found": 404,
+        "stale-lease": 409,
+        "concurrency-limit": 409,
+        "invalid-state": 409,
+        "payload-too-large": 413,
+    }
+
+
+async def test_payloads_over_256_kib_are_refused(api_server: ApiServer) -> None:
+    at_limit = "x" * (LIMIT - 2)  # the quotes make it exactly 256 KiB encoded
+    over = "x" * (LIMIT - 1)
+    async with client(api_server, api_server.team_token) as team:
+        refused = await team.put("/v1/jobs/big", json={"payload": over})
+        problem = assert_problem(refused, 413, "payload-too-large", "payload")
+        assert str(LIMIT) in problem["detail"]
+        assert (await team.get("/v1/jobs/big")).status_code == 404
+
+        accepted = await team.put("/v1/jobs/big", json={"payload": at_limit})
+        assert accepted.status_code == 201
+        assert_problem(
+            await team.post("/v1/jobs/big/runs", json={"payload": {"rows": [over]}}),
+            413,
+            "payload-too-large",
+            "payload",
+        )
+        assert (await team.post("/v1/jobs/big/runs", json={"payload": at_limit})).status_code == 201
+        # A request body over the server's limit is refused before it is read whole.
+        huge = {"runs": [{"payload": at_limit}] * 17}
+        assert_problem(
+            await team.post("/v1/jobs/big/runs:batch", json=huge), 413, "payload-too-large"
+        )
+        assert len((await team.get("/v1/jobs/big/runs")).json()["items"]) == 1
+
+
+async def test_invalid_cron_and_zone_are_invalid_schedule(api_server: ApiServer) -> None:
+    async with client(api_server, api_server.team_token) as team:
+        for cron in ["61 * * * *", "* * * *", "0 25 * * *", "0 0 31 2 mon#6", "hourly", ""]:
+            response = await team.put("/v1/jobs/nightly", json={"schedule": {"cron": cron}})
+            problem = assert_problem(response, 400, "invalid-schedule", "schedule.cron")
+            assert problem["detail"].startswith("schedule.cron")
+        for zone in ["Mars/Olympus_Mons", "Europe/Berlinn", "../etc/localtime"]:
+            response = await team.put(
+                "/v1/jobs/nightly", json={"schedule": {"cron": "0 2 * * *", "timeZone": zone}}
+            )
+            assert_problem(response, 400, "invalid-schedule", "schedule.timeZone")
+        assert (await team.get("/v1/jobs/nightly")).status_code == 404
+        good = await team.put(
+            "/v1/jobs/nightly",
+            json={"schedule": {"cron": "0 2 * * *", "timeZone": "Europe/Berlin"}},
+        )
+        assert good.status_code == 201
+
+
+async def test_other_invalid_fields_are_invalid_request_naming_the_field(
+    api_server: ApiServer,
+) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"schedule": {"cron": "0 2 * * *", "jitterSeconds": 5000}}, "schedule.jitterSeconds"),
+        ({"schedule": {"cron": "0 2 * * *", "jitterSeconds": -1}}, "schedule.jitterSeconds"),
+        (
+            {"schedule": {"cron": "0 2 * * *", "missedRunPolicy": "maybe"}},
+            "schedule.missedRunPolicy",
+        ),
+        ({"priority": "urgent"}, "priority"),
+        ({"retry": {"maxAttempts": 0}}, "retry.maxAttempts"),
+        ({"retry": {"maxAttempts": 101}}, "retry.maxAttempts"),
+        ({"timeoutSeconds": 0}, "timeoutSeconds"),
+        ({"queue": "Not A Queue"}, "queue"),
+        ({"concurrency": -1}, "concurrency"),
+        ({"colour": "blue"}, "colour"),
+        ({"schedule": {"cron": "0 2 * * *", "every": 5}}, "schedule.every"),
+        ({"runAt": "tomorrow"}, "runAt"),
+        ({"runAt": "2030-01-01T00:00:00"}, "runAt"),  # no offset
+        ({"payload": {"text": "nul \u0000 inside"}}, "payload"),
+    ]
+    async with client(api_server, api_server.team_token) as team:
+        for spec, field in cases:
+            response = await team.put("/v1/jobs/checked", json=spec)
+            problem = assert_problem(response, 400, "invalid-request", field)
+            assert field.split(".")[-1] in problem["detail"], problem
+        both = await team.put(
+            "/v1/jobs/checked",
+            json={"schedule": {"cron": "0 2 * * *"}, "runAt": "2030-01-01T00:00:00Z"},
+        )
+        assert_problem(both, 400, "invalid-request")
+        assert_problem(
+            await team.put("/v1/jobs/Not_A_Name", json={}), 400, "invalid-request", "name"
+        )
+        not_json = await team.put(
+            "/v1/jobs/checked", content=b"{", headers={"content-type": "application/json"}
+        )
+        assert_problem(not_json, 400, "invalid-request")
+        assert (await team.get("/v1/jobs/checked")).status_code == 404
+
+        assert (await team.put("/v1/jobs/checked", json={})).status_code == 201
+        for body, field in [
+            ({"delaySeconds": -1}, "delaySeconds"),
+            ({"priority": "urgent"}, "priority"),
+            ({"runAt": "soon"}, "runAt"),
+            ({"ifNotRunning": "perhaps"}, "ifNotRunning"),
+            ({"when": "now"}, "when"),
+        ]:
+            response = await team.post("/v1/jobs/checked/runs", json=body)
+            assert_problem(response, 400, "invalid-request", field)
+        for params, field in [
+            ({"limit": 0}, "limit"),
+            ({"limit": 501}, "limit"),
+            ({"cursor": "Not A Name"}, "cursor"),
+        ]:
+            assert_problem(await team.get("/v1/jobs", params=params), 400, "invalid-request", field)
+        assert_problem(
+            await team.get("/v1/jobs/checked/runs", params={"cursor": "garbage"}),
+            400,
+            "invalid-request",
+            "cursor",
+        )
+        assert (await team.get("/v1/jobs/checked/runs")).json()["items"] == []
+
+
+async def test_unknown_jobs_runs_and_paths_are_not_found(api_server: ApiServer) -> None:
+    async with client(api_server, api_server.team_token) as team:
+        for method, path in [
+            ("GET", "/v1/jobs/nope"),
+            ("DELETE", "/v1/jobs/nope"),
+            ("POST", "/v1/jobs/nope:pause"),
+            ("POST", "/v1/jobs/nope:resume"),
+            ("POST", "/v1/jobs/nope/runs"),
+            ("POST", "/v1/jobs/nope/runs:batch"),
+            ("GET", "/v1/runs/r0-424242"),
+            ("GET", "/v1/runs/r99-1"),
+            ("GET", "/v1/runs/not-a-run"),
+            ("POST", "/v1/runs/r1-424242:cancel"),
+            ("POST", "/v1/dlq/r2-424242:discard"),
+            ("GET", "/v1/no-such-thing"),
+        ]:
+            body = {"runs": [{}]} if path.endswith(":batch") else None
+            response = await team.request(method, path, json=body)
+            assert_problem(response, 404, "not-found")
+        missing = await team.get("/v1/jobs/nope")
+        assert "nope" in missing.json()["detail"]
+        wrong_method = await team.patch("/v1/jobs/nope", json={})
+        assert wrong_method.status_code == 405
+        assert wrong_method.headers["content-type"] == "application/problem+json"
+        assert wrong_method.json()["status"] == 405
