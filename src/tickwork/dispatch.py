@@ -92,6 +92,15 @@ class Dispatcher:
                 break
         return granted
 
+    async def release(self, granted: Sequence[Lease]) -> None:
+        """Give back leases whose requester went away before receiving them."""
+        by_shard: dict[int, list[Lease]] = {}
+        for lease in granted:
+            by_shard.setdefault(lease.shard, []).append(lease)
+        for shard, group in by_shard.items():
+            async with self.database.connection(shard) as conn:
+                await leases.release(conn, group, self.clock.now())
+
     async def heartbeat(
         self, items: Sequence[HeartbeatItem], scope: Scope = UNRESTRICTED
     ) -> list[Extended | TickworkError]:

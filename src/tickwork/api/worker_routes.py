@@ -238,6 +238,11 @@ async def lease(request: Request) -> Response:
                     break
                 await waiter.wait(min(remaining, svc.settings.long_poll_recheck_seconds))
                 granted = await claim()
+        if granted and await request.is_disconnected():
+            # The worker gave up waiting: nobody would heartbeat these leases, and the
+            # runs would sit out the lease and lose an attempt. Give them back.
+            await svc.dispatcher.release(granted)
+            return responses.json({"leases": []})
     _count_leases(svc, granted)
     return responses.json({"leases": [render.lease(item) for item in granted]})
 

@@ -34,6 +34,7 @@ RUN_STATE: Final = "SELECT state, tenant, queue FROM runs WHERE id = $1"
 PROMOTE_DUE: Final = queries.get("promote_due")
 SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
 SECONDS_UNTIL_NEXT_DUE: Final = queries.get("seconds_until_next_due")
+RELEASE: Final = queries.get("release")
 
 MAX_BATCH: Final = 100
 MAX_EXTENSION_SECONDS: Final = 6 * 3600
@@ -402,3 +403,13 @@ async def seconds_until_next_due(conn: Connection, now: datetime | None = None) 
     """Seconds until the earliest scheduled or retry-waiting run is due (None: none)."""
     seconds = await conn.fetchval(SECONDS_UNTIL_NEXT_DUE, now)
     return None if seconds is None else float(seconds)
+
+
+async def release(conn: Connection, granted: Sequence[Lease], now: datetime | None = None) -> int:
+    """Return leases that never reached a worker to ``ready``, attempt not counted."""
+    async with conn.transaction():
+        rows = await conn.fetch(
+            RELEASE, [g.id for g in granted], [g.fencing_token for g in granted], now
+        )
+        await notify_ready(conn, [row["queue"] for row in rows])
+    return len(rows)

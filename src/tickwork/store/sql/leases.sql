@@ -194,3 +194,19 @@ FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS queues
 SELECT extract(epoch FROM min(ready_at) - coalesce($1::timestamptz, now()))::double precision
 FROM runs
 WHERE state IN ('scheduled', 'retry_wait')
+
+-- name: release
+-- Give back leases nobody received (the long-poll's client went away): the runs are
+-- ready again and the attempt is not counted. Their next lease draws a new token.
+UPDATE runs
+SET state = 'ready',
+    attempt = attempt - 1,
+    lease_owner = NULL,
+    leased_at = NULL,
+    lease_expires_at = NULL,
+    deadline = NULL,
+    updated_at = coalesce($3::timestamptz, now())
+WHERE id = ANY($1::bigint[])
+  AND fencing_token = ANY($2::bigint[])
+  AND state = 'leased'
+RETURNING queue
