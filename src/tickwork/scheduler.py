@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from tickwork import materialiser
 from tickwork.clock import Clock, DatabaseClock
 from tickwork.metrics import Metrics
-from tickwork.store import leases
-from tickwork.store.database import Database
+from tickwork.store import leases, retention
+from tickwork.store.database import Connection, Database
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class Scheduler:
         batch: int = 5000,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
+        retention_days: int = retention.DEFAULT_RETENTION_DAYS,
+        maintenance_interval: float = 3600.0,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
@@ -59,6 +61,9 @@ class Scheduler:
         self.batch = batch
         self.rng = rng
         self.metrics = metrics
+        self.retention_days = retention_days
+        self.maintenance_interval = maintenance_interval
+        self._maintained: dict[int, float] = {}
         # Test signal: set after every full pass over the owned shards.
         self.passed = asyncio.Event()
         self.passes = 0
@@ -79,6 +84,7 @@ class Scheduler:
             reaped = await leases.reap(conn, self.batch, now, self.rng)
             report.reaped = reaped.total
             report.next_due_in = await leases.seconds_until_next_due(conn, now)
+            await self._maintain(conn, shard)
         if report.changed:
             logger.info(
                 "scheduler pass: shard %d materialised %d, promoted %d, skipped %d, reaped %d",
@@ -93,6 +99,25 @@ class Scheduler:
                 for step in ("materialised", "promoted", "skipped", "reaped"):
                     self.metrics.scheduler_rows.labels(step).inc(getattr(report, step))
         return report
+
+    async def _maintain(self, conn: Connection, shard: int) -> None:
+        """Hourly: attempt-history partitions ahead, expired ones dropped."""
+        moment = asyncio.get_running_loop().time()
+        last = self._maintained.get(shard)
+        if last is not None and moment - last < self.maintenance_interval:
+            return
+        self._maintained[shard] = moment
+        now = self.clock.now()
+        created = await retention.ensure_partitions(conn, now)
+        dropped = await retention.drop_expired(conn, now, self.retention_days)
+        if created or dropped:
+            logger.info(
+                "shard %d: attempt partitions created %s, dropped %s",
+                shard,
+                created,
+                dropped,
+                extra={"action": "retention", "shard": shard},
+            )
 
     async def pass_once(self) -> list[TickReport]:
         reports = []

@@ -1,0 +1,74 @@
+"""Attempt history lives in daily partitions; retention drops whole days."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tickwork.clock import FrozenClock
+from tickwork.jobs import EnqueueRequest, Jobs
+from tickwork.scheduler import Scheduler
+from tickwork.spec import JobSpec
+from tickwork.store import leases, retention
+from tickwork.store.database import Database
+from tickwork.store.leases import Completion, Outcome
+
+DAY = datetime(2026, 5, 10, 12, 0, tzinfo=UTC)
+
+
+async def _partitions(database: Database, shard: int) -> set[str]:
+    async with database.connection(shard) as conn:
+        return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS)}
+
+
+async def _finish_one_run(database: Database, jobs: Jobs, clock: FrozenClock) -> int:
+    run, _ = await jobs.enqueue("acme", "report", EnqueueRequest(), "test")
+    async with database.connection(run.shard) as conn:
+        [lease] = await leases.claim(conn, run.shard, ["default"], 1, "w", 30, clock.now())
+        await leases.complete(
+            conn,
+            run.shard,
+            [Completion(lease.id, lease.fencing_token, Outcome.succeeded)],
+            clock.now(),
+        )
+    return run.shard
+
+
+async def test_attempts_land_in_daily_partitions_and_old_days_are_dropped(
+    database: Database,
+) -> None:
+    clock = FrozenClock(DAY)
+    jobs = Jobs(database, clock)
+    await jobs.put("acme", "report", JobSpec(), "test")
+    scheduler = Scheduler(database, clock=clock, retention_days=30)
+    await scheduler.pass_once()
+    shard = jobs.shard_of("acme", "report")
+    names = await _partitions(database, shard)
+    assert {"attempts_20260510", "attempts_20260511", "attempts_20260513"} <= names
+
+    await _finish_one_run(database, jobs, clock)
+    async with database.connection(shard) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM attempts_20260510") == 1
+        assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 0
+
+    # 31 days later the day of that attempt is past the retention: its partition goes.
+    clock.advance(timedelta(days=31).total_seconds())
+    async with database.connection(shard) as conn:
+        await retention.ensure_partitions(conn, clock.now())
+        dropped = await retention.drop_expired(conn, clock.now(), retention_days=30)
+        assert "attempts_20260510" in dropped
+        assert await conn.fetchval("SELECT count(*) FROM attempts") == 0
+    assert "attempts_20260610" in await _partitions(database, shard)
+
+
+async def test_a_day_already_in_the_default_partition_stays_there(database: Database) -> None:
+    clock = FrozenClock(DAY)
+    jobs = Jobs(database, clock)
+    await jobs.put("acme", "report", JobSpec(), "test")
+    shard = await _finish_one_run(database, jobs, clock)  # no partitions yet: default
+    async with database.connection(shard) as conn:
+        created = await retention.ensure_partitions(conn, clock.now(), days_ahead=1)
+        assert created == ["attempts_20260511"]
+        assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 1
+        clock.advance(timedelta(days=40).total_seconds())
+        await retention.drop_expired(conn, clock.now(), retention_days=30)
+        assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 0
