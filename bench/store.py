@@ -1,0 +1,140 @@
+"""Claim + complete straight against the store: the ceiling of the worker path.
+
+One shard, N ready runs preloaded, then two connections (two asyncio tasks in this one
+process) loop ``leases.claim(batch)`` → ``leases.complete`` (all succeeded) until the
+shard is drained. N is sized from a short calibration drain so that each measurement
+lasts about ``--seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+
+import asyncpg
+
+from bench import Context, Row, Table, register
+from tickwork.shards import Shard
+from tickwork.store import database, leases
+from tickwork.store.leases import Completed, Completion, Outcome
+from tickwork.store.runs import State
+
+BATCHES = (1, 10, 100)
+CONNECTIONS = 2
+QUEUE = "bench"
+LEASE_SECONDS = 300
+CALIBRATION_RUNS = {1: 1_000, 10: 5_000, 100: 20_000}
+MAX_RUNS = 2_000_000
+
+RESET = "TRUNCATE runs, attempts, audit_log RESTART IDENTITY"
+# Like API enqueues of 10 tenants x 50 jobs, all ready now.
+PRELOAD = """
+INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
+                  retry_max, timeout_seconds, due_at, ready_at, created_at, updated_at)
+SELECT 'tenant-' || (i % 10), 'job-' || (i % 50), $2, 1, 'ready', 'api', 3, 30, 1800,
+       3600, now(), now(), now(), now()
+FROM generate_series(1, $1) AS i
+"""
+
+
+@dataclass(frozen=True)
+class Drain:
+    runs: int
+    seconds: float
+    cycles: list[float]  # seconds per claim + complete round trip
+
+    @property
+    def rate(self) -> float:
+        return self.runs / self.seconds
+
+
+async def prepare(conn: asyncpg.Connection, runs: int) -> None:
+    await conn.execute(RESET)
+    await conn.execute(PRELOAD, runs, QUEUE)
+    await conn.execute("VACUUM ANALYZE runs")
+
+
+async def drain(shard: Shard, batch: int, runs: int) -> Drain:
+    """Preload ``runs`` ready runs, then time claim + complete until none is left."""
+    setup = await database.connect(shard)
+    try:
+        await prepare(setup, runs)
+    finally:
+        await setup.close()
+    conns = [await database.connect(shard) for _ in range(CONNECTIONS)]
+    cycles: list[list[float]] = [[] for _ in conns]
+
+    async def worker(number: int) -> int:
+        conn, mine = conns[number], cycles[number]
+        done = 0
+        while True:
+            started = time.perf_counter()
+            got = await leases.claim(
+                conn, shard.number, [QUEUE], batch, f"w{number}", LEASE_SECONDS
+            )
+            if not got:
+                return done
+            answers = await leases.complete(
+                conn,
+                shard.number,
+                [Completion(lease.id, lease.fencing_token, Outcome.succeeded) for lease in got],
+            )
+            mine.append(time.perf_counter() - started)
+            bad = [
+                a for a in answers if not (isinstance(a, Completed) and a.state is State.succeeded)
+            ]
+            if bad:
+                raise RuntimeError(f"completion refused: {bad[0]!r}")
+            done += len(got)
+
+    try:
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(worker(n) for n in range(CONNECTIONS)))
+        elapsed = time.perf_counter() - started
+    finally:
+        for conn in conns:
+            await conn.close()
+    if sum(counts) != runs:
+        raise RuntimeError(f"drained {sum(counts)} runs of {runs}")
+    return Drain(runs, elapsed, [c for per_worker in cycles for c in per_worker])
+
+
+def _succeeded(answer: object) -> bool:
+    return isinstance(answer, Completed) and answer.state is State.succeeded
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
+
+
+@register("store", "claim + complete straight against one shard, 2 connections, no HTTP")
+async def claim_complete(context: Context) -> list[Table]:
+    shard = (await context.migrate(1))[0]
+    rows: list[Row] = []
+    for batch in BATCHES:
+        calibration = await drain(shard, batch, CALIBRATION_RUNS[batch])
+        runs = int(calibration.rate * context.seconds)
+        runs = max(CALIBRATION_RUNS[batch], min(MAX_RUNS, runs - runs % batch))
+        result = await drain(shard, batch, runs)
+        rows.append(
+            {
+                "batch": batch,
+                "runs": result.runs,
+                "seconds": round(result.seconds, 2),
+                "runs/s": round(result.rate),
+                "cycle p50 ms": round(_percentile(result.cycles, 0.5) * 1000, 2),
+                "cycle p99 ms": round(_percentile(result.cycles, 0.99) * 1000, 2),
+            }
+        )
+    return [
+        Table(
+            "store: claim(batch) + complete(succeeded) on one shard, "
+            f"{CONNECTIONS} connections, one process",
+            rows,
+            notes=["a cycle is one claim and one completion of what it leased"],
+        )
+    ]
