@@ -221,18 +221,19 @@ async def complete(
     found: dict[tuple[int, int], Completed] = {}
     succeeded = [c for c in completions if c.outcome is Outcome.succeeded]
     failed = [c for c in completions if c.outcome is Outcome.failed]
-    async with conn.transaction():
-        if succeeded:
-            rows = await conn.fetch(
-                COMPLETE_SUCCEEDED,
-                [c.id for c in succeeded],
-                [c.fencing_token for c in succeeded],
-                now,
-                scope.tenant,
-                scope.queue_list,
-            )
-            _collect(found, rows)
-        if failed:
+    if succeeded:
+        # One statement, its own transaction: the hot path needs no BEGIN/COMMIT.
+        rows = await conn.fetch(
+            COMPLETE_SUCCEEDED,
+            [c.id for c in succeeded],
+            [c.fencing_token for c in succeeded],
+            now,
+            scope.tenant,
+            scope.queue_list,
+        )
+        _collect(found, rows)
+    if failed:
+        async with conn.transaction():
             locked = await conn.fetch(
                 LOCK_LEASED,
                 [c.id for c in failed],
@@ -248,19 +249,20 @@ async def complete(
             ]
             if decisions:
                 _collect(found, await _record_failures(conn, decisions, now))
-        results: list[Completed | TickworkError] = []
-        for c in completions:
-            hit = found.get((c.id, c.fencing_token))
-            if hit is not None:
-                results.append(hit)
-                continue
+    results: list[Completed | TickworkError] = []
+    for c in completions:
+        hit = found.get((c.id, c.fencing_token))
+        if hit is None:
+            # Not applied now: a repeat of an earlier completion, or refused. Reads only.
             refusal = await _refusal(conn, shard, c.id, scope)
-            if not isinstance(refusal, NotFound):
-                earlier = await _earlier_completion(conn, c.id, c.fencing_token)
-                if earlier is not None:
-                    results.append(earlier)
-                    continue
-            results.append(refusal)
+            earlier = (
+                None
+                if isinstance(refusal, NotFound)
+                else await _earlier_completion(conn, c.id, c.fencing_token)
+            )
+            results.append(earlier if earlier is not None else refusal)
+        else:
+            results.append(hit)
     return results
 
 
