@@ -36,6 +36,9 @@ NOW_SQL: Final = "SELECT coalesce($1::timestamptz, now())"
 DEFAULT_LOOKAHEAD: Final = timedelta(seconds=60)
 DEFAULT_GRACE: Final = timedelta(seconds=10)
 RUN_ALL_CAP: Final = 100
+# A longer startingDeadlineSeconds (the API refuses it; a manifest may not) means none:
+# no run is that late, and due_at plus it could leave the calendar.
+MAX_DEADLINE_SECONDS: Final = 2**31 - 1
 # Counting dropped fire times of a very long outage stops here (reported as at least).
 _COUNT_LIMIT: Final = 10_000
 
@@ -44,6 +47,21 @@ _COUNT_LIMIT: Final = 10_000
 def compiled(expression: str, zone: str) -> CronSchedule:
     """Parsed schedules, shared: a million definitions use far fewer distinct ones."""
     return CronSchedule.parse(expression, zone)
+
+
+@lru_cache(maxsize=4096)
+def fire_times(
+    expression: str, zone: str, after: datetime, horizon: datetime
+) -> tuple[tuple[datetime, ...], datetime | None]:
+    """The fire times in ``(after, horizon]`` and the first one after ``horizon``, from
+    one walk of the schedule. Shared too: the definitions of one expression due at one
+    time (a fleet on ``0 * * * *``) cost one computation per pass, not one each."""
+    times: list[datetime] = []
+    for instant in compiled(expression, zone).iter_after(after):
+        if instant > horizon:
+            return tuple(times), instant
+        times.append(instant)
+    return tuple(times), None
 
 
 def idempotency_key(tenant: str, name: str, due_at: datetime, zone: str) -> str:
@@ -87,10 +105,19 @@ class Plan:
 
 
 def latest_before(
-    schedule: CronSchedule, after: datetime, until: datetime, count: int
+    schedule: CronSchedule,
+    after: datetime,
+    until: datetime,
+    count: int,
+    *,
+    count_all: bool = True,
 ) -> tuple[list[datetime], int]:
     """The last ``count`` fire times in ``(after, until]``, and how many there are in all
-    (saturating at ``_COUNT_LIMIT``), without walking a long outage minute by minute."""
+    (saturating at ``_COUNT_LIMIT``), without walking a long outage minute by minute.
+
+    Without ``count_all`` the total only counts the last window searched: counting a
+    week-long outage of a minutely job costs seconds, and ``run_once`` needs no total.
+    """
     window = timedelta(hours=1)
     while True:
         start = max(after, until - window)
@@ -99,7 +126,7 @@ def latest_before(
             break
         window *= 8
     total = len(times)
-    if start > after:  # count what lies before the window, up to the limit
+    if count_all and start > after:  # count what lies before the window, up to the limit
         for instant in schedule.iter_after(after):
             if instant > start or total >= _COUNT_LIMIT:
                 break
@@ -121,20 +148,22 @@ def plan(
     schedule = compiled(due.cron, due.time_zone)
     first = due.next_due_at  # always a fire time of the schedule
     cutoff = now - grace
-    next_due = schedule.next_after(horizon)
     if first > cutoff:
-        return Plan((first, *schedule.between(first, horizon)), next_due, None)
+        upcoming, next_due = fire_times(due.cron, due.time_zone, first, horizon)
+        return Plan((first, *upcoming), next_due, None)
     policy = due.missed_run_policy
     dropped: int | None = None
     if policy is MissedRunPolicy.skip:
         missed: list[datetime] = []
     elif policy is MissedRunPolicy.run_once:
-        missed = ([first, *latest_before(schedule, first, cutoff, 1)[0]])[-1:]
+        latest = latest_before(schedule, first, cutoff, 1, count_all=False)[0]
+        missed = [first, *latest][-1:]
     else:
         kept, later = latest_before(schedule, first, cutoff, run_all_cap)
         missed = [first, *kept][-run_all_cap:]
         dropped = later + 1 - len(missed)
-    return Plan((*missed, *schedule.between(cutoff, horizon)), next_due, dropped)
+    upcoming, next_due = fire_times(due.cron, due.time_zone, cutoff, horizon)
+    return Plan((*missed, *upcoming), next_due, dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +193,11 @@ async def materialise(
             due = Due.from_record(row)
             planned = plan(due, instant, lookahead, grace)
             origin = Origin.cron if due.cron is not None else Origin.once
+            seconds = due.starting_deadline_seconds
             deadline = (
                 None
-                if due.starting_deadline_seconds is None
-                else timedelta(seconds=due.starting_deadline_seconds)
+                if seconds is None or seconds > MAX_DEADLINE_SECONDS
+                else timedelta(seconds=seconds)
             )
             offset = timedelta(
                 seconds=hashing.jitter_offset(due.tenant, due.name, due.jitter_seconds)

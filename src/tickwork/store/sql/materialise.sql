@@ -13,7 +13,9 @@ SELECT tenant,
        spec -> 'schedule' ->> 'timeZone' AS time_zone,
        (spec -> 'schedule' ->> 'jitterSeconds')::integer AS jitter_seconds,
        spec -> 'schedule' ->> 'missedRunPolicy' AS missed_run_policy,
-       (spec -> 'schedule' ->> 'startingDeadlineSeconds')::integer
+       -- bigint: a spec that did not come through the API may exceed an integer, and
+       -- one failing cast here would stop every pass over the shard.
+       (spec -> 'schedule' ->> 'startingDeadlineSeconds')::bigint
            AS starting_deadline_seconds,
        (spec ->> 'runAt') IS NOT NULL AS one_off,
        (spec -> 'retry' ->> 'maxAttempts')::integer AS max_attempts,
