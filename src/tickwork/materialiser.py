@@ -187,8 +187,10 @@ async def materialise(
         rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
         if not rows:
             return Materialised(0, 0, 0)
-        columns: tuple[list[object], ...] = tuple([] for _ in range(15))
-        advanced: tuple[list[object], ...] = ([], [], [], [])
+        # Rows first, columns (the arrays the unnest takes) at the end: appending 15
+        # values one by one per run cost more than planning it.
+        planned_runs: list[tuple[object, ...]] = []
+        advanced: list[tuple[object, ...]] = []
         for row in rows:
             due = Due.from_record(row)
             planned = plan(due, instant, lookahead, grace)
@@ -203,36 +205,40 @@ async def materialise(
                 seconds=hashing.jitter_offset(due.tenant, due.name, due.jitter_seconds)
             )
             for due_at in planned.due_times:
-                values = (
-                    due.tenant,
-                    due.name,
-                    row["queue"],
-                    row["priority"],
-                    origin.value,
-                    row["max_attempts"],
-                    row["retry_base"],
-                    row["retry_max"],
-                    row["timeout_seconds"],
-                    due_at,
-                    due_at + offset if origin is Origin.cron else due_at,
-                    None if deadline is None else due_at + deadline,
-                    idempotency_key(due.tenant, due.name, due_at, due.time_zone),
-                    row["payload"],
-                    len(columns[0]),
+                planned_runs.append(
+                    (
+                        due.tenant,
+                        due.name,
+                        row["queue"],
+                        row["priority"],
+                        origin.value,
+                        row["max_attempts"],
+                        row["retry_base"],
+                        row["retry_max"],
+                        row["timeout_seconds"],
+                        due_at,
+                        due_at + offset if origin is Origin.cron else due_at,
+                        None if deadline is None else due_at + deadline,
+                        idempotency_key(due.tenant, due.name, due_at, due.time_zone),
+                        row["payload"],
+                        len(planned_runs),
+                    )
                 )
-                for column, value in zip(columns, values, strict=True):
-                    column.append(value)
-            for column, value in zip(
-                advanced,
-                (due.tenant, due.name, planned.next_due_at, planned.dropped),
-                strict=True,
-            ):
-                column.append(value)
-        inserted: Sequence[asyncpg.Record] = await conn.fetch(INSERT_PLANNED_RUNS, *columns, now)
-        await conn.execute(ADVANCE_DEFINITIONS, *advanced)
+            advanced.append((due.tenant, due.name, planned.next_due_at, planned.dropped))
+        inserted: Sequence[asyncpg.Record] = await conn.fetch(
+            INSERT_PLANNED_RUNS, *_columns(planned_runs, 15), now
+        )
+        await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 4))
         ready = [r["queue"] for r in inserted if r["state"] == "ready"]
         await notify_ready(conn, ready)
     return Materialised(len(rows), len(inserted), len(ready))
+
+
+def _columns(rows: Sequence[tuple[object, ...]], width: int) -> list[list[object]]:
+    """Rows of ``width`` values as ``width`` parallel arrays, for ``unnest``."""
+    if not rows:
+        return [[] for _ in range(width)]
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 async def materialise_all(
