@@ -75,6 +75,12 @@ def install(app: FastAPI) -> None:
 
     async def http_error(_request: Request, error: Exception) -> Response:
         assert isinstance(error, StarletteHTTPException)
+        # FastAPI wraps whatever failed while reading the body (our body limit among
+        # them) in a 400 "error parsing the body": answer the underlying problem.
+        if isinstance(error.__cause__, TickworkError):
+            return response(error.__cause__)
+        if error.status_code == 400:
+            return response(InvalidRequest(str(error.detail)))
         if error.status_code == 404:
             return response(NotFound("no such resource"))
         if error.status_code == 405:

@@ -37,6 +37,8 @@ _DEFAULT_WORKER: Final = f"{socket.gethostname()}-{os.getpid()}"
 
 def _schema(model: type[models.Model]) -> dict[str, Any]:
     return {
+        # These routes authenticate by hand; declare the bearer scheme they require.
+        "security": [{"HTTPBearer": []}],
         "requestBody": {
             "required": True,
             "content": {
