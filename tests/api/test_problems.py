@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -104,6 +105,25 @@ async def test_payloads_over_256_kib_are_refused(api_server: ApiServer) -> None:
             await team.post("/v1/jobs/big/runs:batch", json=huge), 413, "payload-too-large"
         )
         assert len((await team.get("/v1/jobs/big/runs")).json()["items"]) == 1
+
+        # Streamed without a Content-Length, the body is cut off as it arrives.
+        async def streamed() -> AsyncIterator[bytes]:
+            yield b'{"payload": "'
+            for _ in range(20):
+                yield b"x" * LIMIT
+            yield b'"}'
+
+        for method, path in [("PUT", "/v1/jobs/big"), ("POST", "/v1/jobs/big/runs")]:
+            response = await team.request(
+                method, path, content=streamed(), headers={"content-type": "application/json"}
+            )
+            assert_problem(response, 413, "payload-too-large")
+        assert (await team.get("/v1/jobs/big")).json()["spec"]["payload"] == at_limit
+    async with client(api_server, api_server.worker_token) as worker:
+        response = await worker.post(
+            "/v1/lease", content=streamed(), headers={"content-type": "application/json"}
+        )
+        assert_problem(response, 413, "payload-too-large")
 
 
 async def test_invalid_cron_and_zone_are_invalid_schedule(api_server: ApiServer) -> None:
@@ -216,3 +236,98 @@ async def test_unknown_jobs_runs_and_paths_are_not_found(api_server: ApiServer) 
         assert wrong_method.status_code == 405
         assert wrong_method.headers["content-type"] == "application/problem+json"
         assert wrong_method.json()["status"] == 405
+
+
+async def test_input_the_database_cannot_hold_is_refused_not_a_server_error(
+    api_server: ApiServer,
+) -> None:
+    """NUL characters, lone surrogates, numbers past 64 bits, NaN and instants past
+    year 9999 get 400 naming the field, and nothing is stored."""
+    nul, surrogate = b'"a\\u0000b"', b'"\\ud800"'
+    far = b'"9999-12-31T23:59:59-14:00"'
+    put_cases = [
+        (b'{"payload": ' + nul + b"}", "payload"),
+        (b'{"payload": {"k": [' + surrogate + b"]}}", "payload"),
+        (b'{"payload": {' + nul + b": 1}}", "payload"),
+        (b'{"payload": [100000000000000000000000000000]}', "payload"),
+        (b'{"payload": NaN}', "payload"),
+        (b'{"payload": 1e400}', "payload"),
+        (b'{"runAt": ' + far + b"}", "runAt"),
+        (b'{"runAt": "0001-01-01T00:00:00+01:00"}', "runAt"),
+        (b'{"concurrency": 100000000000000000000000000000}', "concurrency"),
+        (
+            b'{"schedule": {"cron": "* * * * *", "startingDeadlineSeconds": 10000000000000}}',
+            "schedule.startingDeadlineSeconds",
+        ),
+    ]
+    json_headers = {"content-type": "application/json"}
+    async with client(api_server, api_server.team_token) as team:
+        for body, field in put_cases:
+            response = await team.put("/v1/jobs/hostile", content=body, headers=json_headers)
+            assert_problem(response, 400, "invalid-request", field)
+        assert (await team.get("/v1/jobs/hostile")).status_code == 404
+
+        assert (await team.put("/v1/jobs/hostile", json={})).status_code == 201
+        for body, field in [
+            (b'{"payload": ' + nul + b"}", "payload"),
+            (b'{"payload": ' + surrogate + b"}", "payload"),
+            (b'{"payload": -100000000000000000000000000000}', "payload"),
+            (b'{"runAt": ' + far + b"}", "runAt"),
+        ]:
+            response = await team.post("/v1/jobs/hostile/runs", content=body, headers=json_headers)
+            assert_problem(response, 400, "invalid-request", field)
+        batch = await team.post(
+            "/v1/jobs/hostile/runs:batch",
+            content=b'{"runs": [{"idempotencyKey": '
+            + nul
+            + b'}, {"payload": '
+            + nul
+            + b'}, {"runAt": '
+            + far
+            + b"}, {}]}",
+            headers=json_headers,
+        )
+        assert batch.status_code == 200, batch.text
+        items = batch.json()["items"]
+        assert [item.get("problem", {}).get("field") for item in items] == [
+            "runs[0].idempotencyKey",
+            "runs[1].payload",
+            "runs[2].runAt",
+            None,
+        ]
+        assert items[3]["state"] == "ready"
+        assert len((await team.get("/v1/jobs/hostile/runs")).json()["items"]) == 1
+
+        for params in [{"cursor": "\u0000"}, {"cursor": "r0-99999999999999999999"}]:
+            listed = await team.get("/v1/jobs/hostile/runs", params=params)
+            assert_problem(listed, 400, "invalid-request", "cursor")
+        assert_problem(
+            await team.get("/v1/jobs", params={"cursor": "\u0000"}),
+            400,
+            "invalid-request",
+            "cursor",
+        )
+    async with client(api_server, api_server.admin_token) as admin:
+        bad_tenant = await admin.get("/v1/jobs", params={"tenant": "\u0000"})
+        assert_problem(bad_tenant, 400, "invalid-request", "tenant")
+    async with client(api_server, api_server.worker_token) as worker:
+        lease = await worker.post(
+            "/v1/lease",
+            content=b'{"queues": ["default"], "workerId": ' + nul + b"}",
+            headers=json_headers,
+        )
+        assert_problem(lease, 400, "invalid-request", "workerId")
+        [granted] = (await worker.post("/v1/lease", json={"queues": ["default"]})).json()["leases"]
+        failed = await worker.post(
+            f"/v1/runs/{granted['runId']}/complete",
+            content=b'{"fencingToken": %d, "outcome": "failed", "error": {"message": %s}}'
+            % (granted["fencingToken"], nul),
+            headers=json_headers,
+        )
+        assert_problem(failed, 400, "invalid-request", "error")
+        # The run is still leased: the refused completion changed nothing.
+        beat = await worker.post(
+            f"/v1/runs/{granted['runId']}/heartbeat",
+            json={"fencingToken": granted["fencingToken"]},
+        )
+        assert beat.status_code == 200

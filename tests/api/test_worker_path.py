@@ -440,6 +440,22 @@ async def test_swapped_tokens_in_a_batch_change_nothing(api_server: ApiServer) -
     assert (await get_run(api_server, b["runId"]))["state"] == "leased"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the claim query (store/sql/leases.sql) ignores the job's concurrency limit",
+)
+async def test_a_job_at_its_concurrency_limit_is_not_leased_again(api_server: ApiServer) -> None:
+    await make_job(api_server, "one-at-a-time", concurrency=1)
+    first = await enqueue(api_server, "one-at-a-time")
+    await enqueue(api_server, "one-at-a-time")
+    granted = await lease(api_server, max=2)
+    assert [item["runId"] for item in granted] == [first["runId"]]
+    # The second run waits in ready until the first completes.
+    assert await lease(api_server, max=2) == []
+    assert (await complete(api_server, granted[0])).status_code == 200
+    assert len(await lease(api_server, max=2)) == 1
+
+
 async def test_retries_end_in_the_dlq_and_replay_and_discard_work(api_server: ApiServer) -> None:
     await make_job(api_server, "import", retry={"maxAttempts": 2, "baseSeconds": 0})
     run = await enqueue(api_server, "import", payload={"file": "a.csv"})
