@@ -753,3 +753,26 @@ async def test_a_starting_deadline_too_big_for_the_api_does_not_stop_the_shard(
     runs = {r.job: r for r in await runs_of(database)}
     assert runs["patient"].due_at == runs["nightly"].due_at == utc("2026-03-15T01:01:00Z")
     assert runs["patient"].start_deadline is None  # beyond any date: no deadline
+
+
+async def test_changing_policy_or_jitter_of_a_paused_job_keeps_its_missed_runs(
+    database: Database, clock: FrozenClock
+) -> None:
+    """Only cron, timeZone and runAt move next_due_at: switching a paused job to
+    run_all before resuming it catches up every time missed while it was paused."""
+    jobs = Jobs(database, clock)
+    await jobs.put(TENANT, "hourly", cron_spec("0 * * * *"), ACTOR)
+    await jobs.set_paused(TENANT, "hourly", True, ACTOR)
+    clock.set(utc("2026-03-15T04:30:00Z"))
+    paused = cron_spec("0 * * * *", jitter=30, policy=MissedRunPolicy.run_all)
+    await jobs.put(TENANT, "hourly", paused.model_copy(update={"paused": True}), ACTOR)
+    assert await next_due_of(jobs, "hourly") == utc("2026-03-15T02:00:00Z")
+    await jobs.set_paused(TENANT, "hourly", False, ACTOR)
+    await Scheduler(database, clock=clock).pass_once()
+    runs = await runs_of(database)
+    assert due_times(runs) == [utc(f"2026-03-15T0{h}:00:00Z") for h in (2, 3, 4)]
+    offset = timedelta(seconds=hashing.jitter_offset(TENANT, "hourly", 30))
+    assert {r.ready_at - r.due_at for r in runs} == {offset}
+    # A new zone is a new set of fire times: next_due_at moves to the first one after now.
+    await jobs.put(TENANT, "hourly", cron_spec("0 * * * *", "Asia/Kolkata"), ACTOR)
+    assert await next_due_of(jobs, "hourly") == utc("2026-03-15T04:30:00Z") + timedelta(hours=1)

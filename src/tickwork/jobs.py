@@ -44,6 +44,20 @@ def next_due_after(spec: JobSpec, after: datetime) -> datetime | None:
     return None
 
 
+def same_fire_times(old: JobSpec, new: JobSpec) -> bool:
+    """Whether two specs fire at the same instants. Jitter, missed-run policy and
+    starting deadline only change what happens at those instants, so editing them keeps
+    ``next_due_at`` (and the catch-up of a paused job) where it is."""
+    if old.run_at != new.run_at or (old.schedule is None) != (new.schedule is None):
+        return False
+    if old.schedule is None or new.schedule is None:
+        return True
+    return (old.schedule.cron.split(), old.schedule.time_zone) == (
+        new.schedule.cron.split(),
+        new.schedule.time_zone,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class JobView:
     definition: Definition
@@ -77,17 +91,14 @@ class Jobs:
     async def put(
         self, tenant: str, name: str, spec: JobSpec, actor: str
     ) -> tuple[Definition, bool]:
-        """Create or replace a job. ``next_due_at`` is recomputed only when the schedule
-        (or runAt) changed, so an edit neither loses nor duplicates a run."""
+        """Create or replace a job. ``next_due_at`` is recomputed only when the fire
+        times changed (cron, timeZone or runAt), so an edit neither loses nor duplicates
+        a run."""
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
             now = await database_now(conn, self.clock)
             current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
-            if (
-                current is not None
-                and current.spec.schedule == spec.schedule
-                and current.spec.run_at == spec.run_at
-            ):
+            if current is not None and same_fire_times(current.spec, spec):
                 next_due = current.next_due_at
             else:
                 next_due = next_due_after(spec, now)
