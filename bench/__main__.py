@@ -28,7 +28,7 @@ import asyncpg
 from bench import CASES, Case, CaseResult, Context, format_table
 
 # Modules whose import registers their cases, in the order they run.
-MODULES: tuple[str, ...] = ("bench.store", "bench.http")
+MODULES: tuple[str, ...] = ("bench.store", "bench.http", "bench.materialiser")
 
 ENV_URL = "TICKWORK_BENCH_DATABASE_URL"
 
