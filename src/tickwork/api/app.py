@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -65,6 +66,21 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+def _hoist_definitions(document: dict[str, Any]) -> dict[str, Any]:
+    """Move the ``$defs`` of hand-written request body schemas into
+    ``components.schemas``, where their ``$ref``s point."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict):
+                continue
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                definitions = media.get("schema", {}).pop("$defs", {})
+                for name, definition in definitions.items():
+                    schemas.setdefault(name, definition)
+    return document
+
+
 def create_app(services: Services) -> FastAPI:
     """The API over ``services``. The caller owns the database pools; the app starts and
     stops the LISTEN connections that wake long-polls."""
@@ -87,6 +103,13 @@ def create_app(services: Services) -> FastAPI:
         redoc_url=None,
     )
     app.state.services = services
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _hoist_definitions(FastAPI.openapi(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     problems.install(app)
     app.include_router(ops_routes.router)
     app.include_router(worker_routes.router)

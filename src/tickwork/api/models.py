@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, field_validator
 from pydantic.alias_generators import to_camel
@@ -236,7 +236,7 @@ class BatchEnqueueResponse(Model):
 
 
 class LeaseRequest(Model):
-    queues: list[str] = Field(min_length=1, max_length=100)
+    queues: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, max_length=100)
     max: int = Field(default=1, ge=1, le=100)
     wait_seconds: float = Field(default=0, ge=0, le=20)
     lease_seconds: float = Field(default=30, ge=1, le=21_600)
@@ -263,7 +263,7 @@ class LeaseResponse(Model):
 
 
 class HeartbeatRequest(Model):
-    fencing_token: int
+    fencing_token: int = Field(gt=0, lt=2**63)
     extend_seconds: float = Field(default=30, ge=1, le=21_600)
 
 
@@ -279,7 +279,7 @@ class ErrorReport(Model):
 
 
 class CompleteRequest(Model):
-    fencing_token: int
+    fencing_token: int = Field(gt=0, lt=2**63)
     outcome: Literal["succeeded", "failed"]
     error: ErrorReport | None = None
 

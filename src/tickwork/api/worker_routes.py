@@ -46,7 +46,7 @@ def _schema(model: type[models.Model]) -> dict[str, Any]:
                     "schema": model.model_json_schema(ref_template="#/components/schemas/{model}")
                 }
             },
-        }
+        },
     }
 
 
