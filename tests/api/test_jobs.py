@@ -136,7 +136,7 @@ async def test_delete_cancels_pending_runs_and_keeps_their_history(api_server: A
         later = (await team.post("/v1/jobs/cleanup/runs", json={"delaySeconds": 3600})).json()
         assert (ready["state"], later["state"]) == ("ready", "scheduled")
         leased_run = (await team.post("/v1/jobs/cleanup/runs")).json()
-        # The oldest ready run is leased first: lease both ready ones, keep the second.
+        # Lease both ready runs: one finishes, the other is still running at delete.
         async with client(api_server, api_server.worker_token) as worker:
             response = await worker.post("/v1/lease", json={"queues": ["default"], "max": 10})
         leases = {item["runId"]: item for item in response.json()["leases"]}
