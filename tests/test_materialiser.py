@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tickwork import hashing, materialiser
+from tickwork.api import render
 from tickwork.clock import FrozenClock
 from tickwork.jobs import Jobs, next_due_after
 from tickwork.scheduler import Scheduler
@@ -569,7 +570,9 @@ async def test_run_all_keeps_the_latest_hundred_and_reports_how_many_it_dropped(
         utc("2026-03-15T04:02:00Z"),
         utc("2026-03-15T04:03:00Z"),
     ]
-    assert (await jobs.get(TENANT, "minutely")).definition.missed_dropped == 79
+    view = await jobs.get(TENANT, "minutely")
+    assert view.definition.missed_dropped == 79
+    assert render.job(view)["missedRunsDropped"] == 79  # what the API and CLI show
 
 
 async def test_skip_inserts_nothing_and_resumes_from_the_next_future_time(
@@ -658,6 +661,27 @@ async def test_a_scheduled_run_not_started_by_its_deadline_is_skipped_never_leas
     shard = jobs.shard_of(TENANT, "tight")
     async with database.connection(shard) as conn:
         assert await leases.claim(conn, shard, ["default"], 10, "w1", 30, clock.now()) == []
+
+
+async def test_the_starting_deadline_counts_from_the_jittered_ready_time(
+    database: Database, clock: FrozenClock
+) -> None:
+    jobs = Jobs(database, clock)
+    await jobs.put(TENANT, "spread", cron_spec("0 * * * *", jitter=60, deadline=30), ACTOR)
+    offset = timedelta(seconds=hashing.jitter_offset(TENANT, "spread", 60))
+    scheduler = Scheduler(database, clock=clock)
+    clock.set(utc("2026-03-15T01:59:30Z"))
+    await scheduler.pass_once()
+    due = utc("2026-03-15T02:00:00Z")
+    [run] = await runs_of(database)
+    assert (run.ready_at, run.start_deadline) == (
+        due + offset,
+        due + offset + timedelta(seconds=30),
+    )
+    clock.set(due + offset + timedelta(seconds=20))  # ready for 20 s: still within its 30
+    await scheduler.pass_once()
+    [run] = await runs_of(database)
+    assert run.state == "ready"
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["future", "past"])

@@ -205,6 +205,7 @@ async def materialise(
                 seconds=hashing.jitter_offset(due.tenant, due.name, due.jitter_seconds)
             )
             for due_at in planned.due_times:
+                ready_at = due_at + offset if origin is Origin.cron else due_at
                 planned_runs.append(
                     (
                         due.tenant,
@@ -217,8 +218,10 @@ async def materialise(
                         row["retry_max"],
                         row["timeout_seconds"],
                         due_at,
-                        due_at + offset if origin is Origin.cron else due_at,
-                        None if deadline is None else due_at + deadline,
+                        ready_at,
+                        # From the jittered ready time: the offset must not eat the
+                        # deadline (a 45 s offset would skip every run of a 30 s one).
+                        None if deadline is None else ready_at + deadline,
                         idempotency_key(due.tenant, due.name, due_at, due.time_zone),
                         row["payload"],
                         len(planned_runs),

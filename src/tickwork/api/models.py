@@ -118,6 +118,9 @@ class Job(Model):
     last_run: LastRun | None
     active_runs: int
     dead_runs: int
+    missed_runs_dropped: int = Field(
+        description="Fire times the last run_all catch-up dropped over its cap (100)."
+    )
     shard: int
     created_at: datetime
     updated_at: datetime

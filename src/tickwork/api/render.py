@@ -102,6 +102,7 @@ def job(view: JobView) -> dict[str, Any]:
         },
         "activeRuns": summary.active,
         "deadRuns": summary.dead,
+        "missedRunsDropped": definition.missed_dropped,
         "shard": definition.shard,
         "createdAt": definition.created_at,
         "updatedAt": definition.updated_at,
