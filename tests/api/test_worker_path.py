@@ -405,11 +405,6 @@ async def test_batch_heartbeat_and_complete_answer_per_item_in_order(
         assert assert_problem(bad, 400, "invalid-request")["field"] == "items[0].outcome"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/sql/leases.sql matches batch ids and tokens as two sets: tokens swapped "
-    "between two items of one batch complete both runs while answering stale-lease",
-)
 async def test_swapped_tokens_in_a_batch_change_nothing(api_server: ApiServer) -> None:
     await make_job(api_server, "swap")
     first, second = await enqueue(api_server, "swap"), await enqueue(api_server, "swap")

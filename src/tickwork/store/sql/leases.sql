@@ -34,9 +34,10 @@ RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
           r.lease_expires_at, r.deadline, r.payload
 
 -- name: heartbeat
--- Extend the leases of runs $1 held with tokens $2 by $3 seconds, never past the
--- attempt's deadline nor more than 6 hours at once. Each run's token is unique to one
--- lease, so matching ids and tokens as two sets is the same as matching pairs.
+-- Extend the leases of runs $1 held with tokens $2 (pairwise, $2[i] for $1[i]) by $3
+-- seconds, never past the attempt's deadline nor more than 6 hours at once. The id list
+-- drives the primary-key lookup; array_position pairs each row with its own token, so
+-- swapped tokens match nothing (joining unnest() here made the planner hash-join).
 -- $5/$6 scope the caller to a tenant and queues (NULL: unrestricted).
 WITH clock AS (SELECT coalesce($4::timestamptz, now()) AS now)
 UPDATE runs AS r
@@ -47,7 +48,7 @@ SET lease_expires_at = least(
     updated_at = clock.now
 FROM clock
 WHERE r.id = ANY($1::bigint[])
-  AND r.fencing_token = ANY($2::bigint[])
+  AND r.fencing_token = ($2::bigint[])[array_position($1::bigint[], r.id)]
   AND r.state = 'leased'
   AND ($5::text IS NULL OR r.tenant = $5)
   AND ($6::text[] IS NULL OR r.queue = ANY($6::text[]))
@@ -66,7 +67,7 @@ WITH clock AS (
         updated_at = clock.now
     FROM clock
     WHERE r.id = ANY($1::bigint[])
-      AND r.fencing_token = ANY($2::bigint[])
+      AND r.fencing_token = ($2::bigint[])[array_position($1::bigint[], r.id)]
       AND r.state = 'leased'
       AND ($4::text IS NULL OR r.tenant = $4)
       AND ($5::text[] IS NULL OR r.queue = ANY($5::text[]))
@@ -85,7 +86,7 @@ RETURNING run_id, fencing_token, result_state, next_attempt_at
 SELECT id, attempt, max_attempts, retry_base, retry_max, fencing_token, cancel_requested
 FROM runs
 WHERE id = ANY($1::bigint[])
-  AND fencing_token = ANY($2::bigint[])
+  AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
   AND state = 'leased'
   AND ($3::text IS NULL OR tenant = $3)
   AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
@@ -207,6 +208,6 @@ SET state = 'ready',
     deadline = NULL,
     updated_at = coalesce($3::timestamptz, now())
 WHERE id = ANY($1::bigint[])
-  AND fencing_token = ANY($2::bigint[])
+  AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
   AND state = 'leased'
 RETURNING queue
