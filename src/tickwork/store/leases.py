@@ -12,7 +12,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import asyncpg
 import orjson
@@ -183,15 +183,17 @@ async def heartbeat(
         by_extension.setdefault(seconds, []).append(beat)
     async with conn.transaction():
         for seconds, group in by_extension.items():
-            rows = await conn.fetch(
-                HEARTBEAT,
-                [b.id for b in group],
-                [b.fencing_token for b in group],
-                seconds,
-                now,
-                scope.tenant,
-                scope.queue_list,
-            )
+            rows = []
+            for batch in _rounds(group):
+                rows += await conn.fetch(
+                    HEARTBEAT,
+                    [b.id for b in batch],
+                    [b.fencing_token for b in batch],
+                    seconds,
+                    now,
+                    scope.tenant,
+                    scope.queue_list,
+                )
             for row in rows:
                 found[(row["id"], row["fencing_token"])] = Extended(
                     row["id"], row["lease_expires_at"], row["cancel_requested"]
@@ -221,12 +223,12 @@ async def complete(
     found: dict[tuple[int, int], Completed] = {}
     succeeded = [c for c in completions if c.outcome is Outcome.succeeded]
     failed = [c for c in completions if c.outcome is Outcome.failed]
-    if succeeded:
+    for batch in _rounds(succeeded):
         # One statement, its own transaction: the hot path needs no BEGIN/COMMIT.
         rows = await conn.fetch(
             COMPLETE_SUCCEEDED,
-            [c.id for c in succeeded],
-            [c.fencing_token for c in succeeded],
+            [c.id for c in batch],
+            [c.fencing_token for c in batch],
             now,
             scope.tenant,
             scope.queue_list,
@@ -234,18 +236,20 @@ async def complete(
         _collect(found, rows)
     if failed:
         async with conn.transaction():
-            locked = await conn.fetch(
-                LOCK_LEASED,
-                [c.id for c in failed],
-                [c.fencing_token for c in failed],
-                scope.tenant,
-                scope.queue_list,
-            )
+            locked: dict[int, asyncpg.Record] = {}
+            for batch in _rounds(failed):
+                for row in await conn.fetch(
+                    LOCK_LEASED,
+                    [c.id for c in batch],
+                    [c.fencing_token for c in batch],
+                    scope.tenant,
+                    scope.queue_list,
+                ):
+                    locked[row["id"]] = row
             by_key = {(c.id, c.fencing_token): c for c in failed}
             decisions = [
                 _decide(row, by_key[(row["id"], row["fencing_token"])], rng)
-                for row in locked
-                if (row["id"], row["fencing_token"]) in by_key
+                for row in locked.values()
             ]
             if decisions:
                 _collect(found, await _record_failures(conn, decisions, now))
@@ -264,6 +268,24 @@ async def complete(
         else:
             results.append(hit)
     return results
+
+
+_Item = TypeVar("_Item", Beat, Completion)
+
+
+def _rounds(items: Sequence[_Item]) -> list[list[_Item]]:
+    """Split items so no run id repeats within a round: the SQL pairs each run with the
+    token at its id's first position, so a repeated id (a stale and a current token of
+    one run in one batch) goes to a later statement."""
+    rounds: list[list[_Item]] = []
+    seen: dict[int, int] = {}
+    for item in items:
+        index = seen.get(item.id, 0)
+        seen[item.id] = index + 1
+        if index == len(rounds):
+            rounds.append([])
+        rounds[index].append(item)
+    return rounds
 
 
 @dataclass(frozen=True, slots=True)
