@@ -10,8 +10,9 @@ public problem types: ``invalid_schedule`` → 400 ``invalid-schedule``,
 from __future__ import annotations
 
 import enum
+import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 import orjson
@@ -33,6 +34,8 @@ MAX_PAYLOAD_BYTES: Final = 256 * 1024
 MAX_JITTER_SECONDS: Final = 3600
 MAX_TIMEOUT_SECONDS: Final = 7 * 24 * 3600
 MAX_ATTEMPTS: Final = 100
+MAX_DEADLINE_SECONDS: Final = 366 * 24 * 3600
+MAX_CONCURRENCY: Final = 1_000_000
 
 # DNS-1123: the same rules Kubernetes applies to namespaces (tenants) and object names,
 # so a job declared as a ScheduledJob and one created over HTTP share one namespace.
@@ -100,6 +103,7 @@ class Schedule(_Model):
     starting_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_DEADLINE_SECONDS,
         description="A run not started within this many seconds of its nominal time "
         "ends as `skipped`.",
     )
@@ -158,12 +162,64 @@ class Retry(_Model):
         return self
 
 
+def text_problem(text: str) -> str | None:
+    """Why PostgreSQL cannot store ``text`` as given (NUL, lone surrogates), or None."""
+    if "\x00" in text:
+        return "text must not contain NUL (\\u0000) characters"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "text must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored as ``jsonb`` exactly as given, or None: NUL or lone
+    surrogates in a string or key, a number outside 64 bits, NaN or an infinity."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return problem
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int) and not -(2**63) <= item < 2**64:
+            return "numbers must fit in 64 bits"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+    return None
+
+
+def check_instant(value: datetime | None) -> datetime | None:
+    """Refuse instants that have no UTC equivalent in years 1-9999."""
+    if value is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise PydanticCustomError(
+                "datetime_out_of_range", "the instant must fall in years 1-9999 in UTC"
+            ) from None
+    return value
+
+
 def payload_size(payload: Any) -> int:
     return len(orjson.dumps(payload))
 
 
 def check_payload(payload: Any) -> Any:
-    """Refuse payloads over 256 KiB encoded (a pydantic ``payload_too_large`` error)."""
+    """Refuse payloads the database cannot hold as given (``invalid_payload``) or over
+    256 KiB encoded (``payload_too_large``)."""
+    problem = json_problem(payload)
+    if problem is not None:
+        raise PydanticCustomError("invalid_payload", problem)
     size = payload_size(payload)
     if size > MAX_PAYLOAD_BYTES:
         raise PydanticCustomError(
@@ -195,10 +251,18 @@ class JobSpec(_Model):
     )
     retry: Retry = Field(default_factory=Retry, description="Retry policy.")
     concurrency: int = Field(
-        default=0, ge=0, description="Max runs leased at once; 0 means unlimited."
+        default=0,
+        ge=0,
+        le=MAX_CONCURRENCY,
+        description="Max runs leased at once; 0 means unlimited.",
     )
     paused: bool = Field(default=False, description="A paused job materialises no new runs.")
     payload: Payload = None
+
+    @field_validator("run_at")
+    @classmethod
+    def _check_run_at(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value)
 
     @field_validator("queue")
     @classmethod

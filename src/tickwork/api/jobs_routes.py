@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
-from pydantic import BeforeValidator, ValidationError
+from pydantic import ValidationError
 from starlette.responses import Response
 
 from tickwork import shards
@@ -62,38 +62,6 @@ def _own_run(caller: Principal, run: Run) -> None:
         raise NotFound(f"no run {run.run_id!r}", field="runId")
 
 
-# The largest count or duration the store keeps in an integer column.
-_MAX_STORED_INT: Final = 2**31 - 1
-
-
-def _storable_payload(document: Any) -> Any:
-    """Before the spec's own checks: refuse payload JSON the database cannot hold."""
-    if isinstance(document, dict) and "payload" in document:
-        problem = models.json_problem(document["payload"])
-        if problem is not None:
-            raise InvalidRequest(f"payload: {problem}", field="payload")
-    return document
-
-
-def _check_storable(spec: JobSpec) -> None:
-    """Refuse values the spec admits but the store cannot hold."""
-    if spec.run_at is not None:
-        try:
-            spec.run_at.astimezone(UTC)
-        except OverflowError:
-            raise InvalidRequest(
-                "runAt: the instant must fall in years 1-9999 in UTC", field="runAt"
-            ) from None
-    if spec.concurrency > _MAX_STORED_INT:
-        raise InvalidRequest(f"concurrency must be at most {_MAX_STORED_INT}", field="concurrency")
-    deadline = None if spec.schedule is None else spec.schedule.starting_deadline_seconds
-    if deadline is not None and deadline > _MAX_STORED_INT:
-        raise InvalidRequest(
-            f"schedule.startingDeadlineSeconds must be at most {_MAX_STORED_INT}",
-            field="schedule.startingDeadlineSeconds",
-        )
-
-
 def _cursor_problem(error: TickworkError | ValueError) -> InvalidRequest:
     return InvalidRequest(f"malformed cursor: {error}", field="cursor")
 
@@ -109,7 +77,7 @@ async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]
 )
 async def put_job(
     name: JobName,
-    spec: Annotated[JobSpec, BeforeValidator(_storable_payload)],
+    spec: JobSpec,
     caller: Caller,
     svc: Svc,
     tenant: TenantParam = None,
@@ -119,7 +87,6 @@ async def put_job(
         check_name(name)
     except ValueError as error:
         raise InvalidRequest(str(error), field="name") from error
-    _check_storable(spec)
     _, created = await svc.jobs.put(owner, name, spec, caller.subject)
     return responses.json(await _job_document(svc, owner, name), 201 if created else 200)
 

@@ -7,8 +7,7 @@ Cold routes validate requests with these models; the hot worker routes parse by 
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, field_validator
@@ -34,59 +33,10 @@ State = Literal[
 ]
 
 
-def text_problem(text: str) -> str | None:
-    """Why PostgreSQL cannot store ``text`` as given (NUL, lone surrogates), or None."""
-    if "\x00" in text:
-        return "text must not contain NUL (\\u0000) characters"
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            return "text must be valid Unicode (no lone surrogates)"
-    return None
-
-
-def json_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be stored as ``jsonb`` exactly as given, or None: NUL or lone
-    surrogates in a string or key, a number outside 64 bits, NaN or an infinity."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            problem = text_problem(item)
-            if problem is not None:
-                return problem
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, bool) or item is None:
-            continue
-        elif isinstance(item, int) and not -(2**63) <= item < 2**64:
-            return "numbers must fit in 64 bits"
-        elif isinstance(item, float) and not math.isfinite(item):
-            return "numbers must be finite"
-    return None
-
-
-def check_payload(value: JsonValue) -> JsonValue:
-    problem = json_problem(value)
-    if problem is not None:
-        raise PydanticCustomError("invalid_payload", problem)
-    return spec.check_payload(value)  # type: ignore[no-any-return]
-
-
-def check_instant(value: datetime | None) -> datetime | None:
-    """Refuse instants that have no UTC equivalent in years 1-9999."""
-    if value is not None:
-        try:
-            value.astimezone(UTC)
-        except OverflowError:
-            raise PydanticCustomError(
-                "datetime_out_of_range", "the instant must fall in years 1-9999 in UTC"
-            ) from None
-    return value
+text_problem = spec.text_problem
+json_problem = spec.json_problem
+check_payload = spec.check_payload
+check_instant = spec.check_instant
 
 
 class Model(BaseModel):
@@ -187,7 +137,7 @@ class EnqueueRequest(Model):
     @field_validator("payload")
     @classmethod
     def _size(cls, value: JsonValue) -> JsonValue:
-        return check_payload(value)
+        return check_payload(value)  # type: ignore[no-any-return]
 
     @field_validator("run_at")
     @classmethod
@@ -212,7 +162,7 @@ class BatchEnqueueItem(Model):
     @field_validator("payload")
     @classmethod
     def _size(cls, value: JsonValue) -> JsonValue:
-        return check_payload(value)
+        return check_payload(value)  # type: ignore[no-any-return]
 
     @field_validator("run_at")
     @classmethod
