@@ -17,8 +17,9 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from pydantic import ValidationError
 
-from tickwork import hashing, materialiser
+from tickwork import hashing, manifests, materialiser
 from tickwork.api import render
 from tickwork.clock import FrozenClock
 from tickwork.jobs import Jobs, next_due_after
@@ -764,19 +765,21 @@ async def test_lock_due_definitions_uses_the_definitions_due_index(database: Dat
     assert (done.definitions, done.runs) == (2, 2)
 
 
-async def test_a_starting_deadline_too_big_for_the_api_does_not_stop_the_shard(
-    database: Database, clock: FrozenClock
-) -> None:
-    """The API refuses deadlines over 2^31-1 s, but a spec from elsewhere (a manifest)
-    can hold one: it must not make every pass over its shard fail."""
-    jobs = Jobs(database, clock)
-    await jobs.put(TENANT, "patient", cron_spec("* * * * *", deadline=2**40), ACTOR)
-    await jobs.put(TENANT, "nightly", cron_spec("* * * * *"), ACTOR)
-    clock.advance(30)
-    await Scheduler(database, clock=clock).pass_once()
-    runs = {r.job: r for r in await runs_of(database)}
-    assert runs["patient"].due_at == runs["nightly"].due_at == utc("2026-03-15T01:01:00Z")
-    assert runs["patient"].start_deadline is None  # beyond any date: no deadline
+def test_a_starting_deadline_beyond_a_year_is_refused_at_every_entry() -> None:
+    """A deadline no date can hold must never reach the store, where it would make
+    every pass over its shard fail: the spec refuses it, for the API and manifests."""
+    with pytest.raises(ValidationError, match="startingDeadlineSeconds"):
+        JobSpec.model_validate(
+            {"schedule": {"cron": "* * * * *", "startingDeadlineSeconds": 2**40}}
+        )
+    document = {
+        "apiVersion": "tickwork.dev/v1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "patient", "namespace": TENANT},
+        "spec": {"schedule": {"cron": "* * * * *", "startingDeadlineSeconds": 2**40}},
+    }
+    with pytest.raises(manifests.ManifestError, match="startingDeadlineSeconds"):
+        manifests.parse_document(document, "patient.yaml")
 
 
 async def test_changing_policy_or_jitter_of_a_paused_job_keeps_its_missed_runs(

@@ -36,9 +36,6 @@ NOW_SQL: Final = "SELECT coalesce($1::timestamptz, now())"
 DEFAULT_LOOKAHEAD: Final = timedelta(seconds=60)
 DEFAULT_GRACE: Final = timedelta(seconds=10)
 RUN_ALL_CAP: Final = 100
-# A longer startingDeadlineSeconds (the API refuses it; a manifest may not) means none:
-# no run is that late, and due_at plus it could leave the calendar.
-MAX_DEADLINE_SECONDS: Final = 2**31 - 1
 # Counting dropped fire times of a very long outage stops here (reported as at least).
 _COUNT_LIMIT: Final = 10_000
 
@@ -196,11 +193,7 @@ async def materialise(
             planned = plan(due, instant, lookahead, grace)
             origin = Origin.cron if due.cron is not None else Origin.once
             seconds = due.starting_deadline_seconds
-            deadline = (
-                None
-                if seconds is None or seconds > MAX_DEADLINE_SECONDS
-                else timedelta(seconds=seconds)
-            )
+            deadline = None if seconds is None else timedelta(seconds=seconds)
             offset = timedelta(
                 seconds=hashing.jitter_offset(due.tenant, due.name, due.jitter_seconds)
             )
