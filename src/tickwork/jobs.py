@@ -11,7 +11,7 @@ import binascii
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -324,8 +324,17 @@ class DeadCursor:
             instant = datetime.fromisoformat(at)
             if instant.tzinfo is None or not isinstance(shard, int) or not isinstance(local, int):
                 raise ValueError(text)
+            if not 0 <= shard < 2**31 or not 0 <= local < 2**63:
+                raise ValueError("position out of range")
+            instant.astimezone(UTC)  # OverflowError: no UTC equivalent in years 1-9999
             return cls(instant, shard, local)
-        except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError) as error:
+        except (
+            ValueError,
+            TypeError,
+            OverflowError,
+            binascii.Error,
+            orjson.JSONDecodeError,
+        ) as error:
             raise InvalidRequest("malformed cursor", field="cursor") from error
 
 

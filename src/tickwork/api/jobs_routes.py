@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Annotated, Any
 
 import orjson
@@ -17,7 +16,7 @@ from tickwork.api.services import Services, principal, services
 from tickwork.errors import InvalidRequest, NotFound, TickworkError
 from tickwork.jobs import DeadCursor, EnqueueRequest
 from tickwork.spec import JobSpec, check_name
-from tickwork.store.runs import Run, State
+from tickwork.store.runs import Attempt, Run, State
 
 router = APIRouter(prefix="/v1")
 
@@ -57,9 +56,16 @@ def _limit(svc: Services, limit: int | None) -> int:
     return limit or svc.settings.default_page_size
 
 
-def _own_run(caller: Principal, run: Run) -> None:
+async def _owned_run(
+    svc: Services, caller: Principal, run_id: str, *roles: Role
+) -> tuple[Run, list[Attempt]]:
+    """The run with its attempts, if ``caller`` may see it: another tenant's run is
+    reported as absent."""
+    caller.require(*roles)
+    run, attempts = await svc.jobs.run(run_id)
     if caller.role is not Role.admin and run.tenant != caller.tenant:
         raise NotFound(f"no run {run.run_id!r}", field="runId")
+    return run, attempts
 
 
 def _cursor_problem(error: TickworkError | ValueError) -> InvalidRequest:
@@ -334,9 +340,7 @@ async def list_runs(
     responses={200: {"model": models.RunWithAttempts}, **_errors},
 )
 async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    caller.require(Role.team, Role.worker)
-    run, attempts = await svc.jobs.run(run_id)
-    _own_run(caller, run)
+    run, attempts = await _owned_run(svc, caller, run_id, Role.team, Role.worker)
     return responses.json(render.run_with_attempts(run, attempts))
 
 
@@ -346,9 +350,7 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    caller.require(Role.team)
-    run, _ = await svc.jobs.run(run_id)
-    _own_run(caller, run)
+    await _owned_run(svc, caller, run_id, Role.team)
     return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject)))
 
 
@@ -367,13 +369,6 @@ async def list_dead(
     if job is not None:
         _job_name(job)
     after = None if cursor is None else DeadCursor.decode(cursor)
-    if after is not None:
-        try:
-            after.finished_at.astimezone(UTC)
-        except OverflowError as error:
-            raise _cursor_problem(ValueError("instant out of range")) from error
-        if not 0 <= after.shard < svc.database.shard_count or not 0 <= after.id < 2**63:
-            raise _cursor_problem(ValueError("position out of range"))
     page, next_cursor = await svc.jobs.dead_letters(owner, job, after, _limit(svc, limit))
     return responses.json(
         {
@@ -389,9 +384,7 @@ async def list_dead(
     responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    caller.require(Role.team)
-    run, _ = await svc.jobs.run(run_id)
-    _own_run(caller, run)
+    await _owned_run(svc, caller, run_id, Role.team)
     return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject)))
 
 
@@ -401,7 +394,5 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    caller.require(Role.team)
-    run, _ = await svc.jobs.run(run_id)
-    _own_run(caller, run)
+    await _owned_run(svc, caller, run_id, Role.team)
     return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject)))
