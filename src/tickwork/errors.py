@@ -92,6 +92,10 @@ class QuotaExceeded(TickworkError):
     status = 429
     title = "Quota exceeded"
 
+    def __init__(self, detail: str, *, retry_after: float, field: str | None = None) -> None:
+        super().__init__(detail, field=field)
+        self.retry_after = retry_after
+
 
 class SchemaMismatch(TickworkError):
     """A shard database is not at the schema version this release expects."""

@@ -39,7 +39,7 @@ def assert_problem(
 async def test_every_problem_type_of_the_contract_has_the_same_shape(
     api_server: ApiServer,
 ) -> None:
-    """One call per slug (quota-exceeded has no quota to exceed in this configuration)."""
+    """One call per slug (quota-exceeded: see test_quota.py)."""
     seen: dict[str, int] = {}
     async with client(api_server, api_server.team_token) as team:
         assert (await team.put("/v1/jobs/one", json={"concurrency": 1})).status_code == 201

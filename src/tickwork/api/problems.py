@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
@@ -16,6 +17,7 @@ from tickwork.errors import (
     InvalidSchedule,
     NotFound,
     PayloadTooLarge,
+    QuotaExceeded,
     TickworkError,
 )
 
@@ -31,7 +33,12 @@ class MethodNotAllowed(TickworkError):
 
 
 def response(error: TickworkError) -> Response:
-    return Response(render.dumps(render.problem(error)), error.status, media_type=MEDIA_TYPE)
+    headers = None
+    if isinstance(error, QuotaExceeded):
+        headers = {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
+    return Response(
+        render.dumps(render.problem(error)), error.status, headers=headers, media_type=MEDIA_TYPE
+    )
 
 
 def field_of(location: tuple[int | str, ...] | list[int | str]) -> str | None:

@@ -12,6 +12,7 @@ from tickwork.api.auth import Authenticator, Principal, authenticate_header
 from tickwork.dispatch import Dispatcher
 from tickwork.jobs import Jobs
 from tickwork.metrics import Metrics
+from tickwork.quotas import EnqueueQuota
 from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
 
@@ -25,6 +26,9 @@ class ApiSettings:
     long_poll_recheck_seconds: float = 5.0
     default_page_size: int = 50
     max_page_size: int = 500
+    # Enqueues per tenant per API process: a sustained rate and the burst above it.
+    enqueue_rate: float = 1000.0
+    enqueue_burst: float = 5000.0
 
 
 @dataclass
@@ -36,6 +40,11 @@ class Services:
     authenticator: Authenticator
     metrics: Metrics
     settings: ApiSettings = field(default_factory=ApiSettings)
+    quota: EnqueueQuota | None = None
+
+    def __post_init__(self) -> None:
+        if self.quota is None:
+            self.quota = EnqueueQuota(self.settings.enqueue_rate, self.settings.enqueue_burst)
 
 
 def services(request: Request) -> Services:

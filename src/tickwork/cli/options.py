@@ -63,3 +63,23 @@ def configure_logging(level: str | None = None) -> None:
     root.setLevel((level or os.environ.get("TICKWORK_LOG_LEVEL") or "INFO").upper())
     # The embedded PostgreSQL narrates every pg_ctl call at INFO.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+
+
+def quota_options(function: F) -> F:
+    function = click.option(
+        "--enqueue-burst",
+        type=click.FloatRange(min=1),
+        envvar="TICKWORK_ENQUEUE_BURST",
+        default=5000.0,
+        show_default=True,
+        help="Enqueues a tenant may make at once above the rate. [env TICKWORK_ENQUEUE_BURST]",
+    )(function)
+    return click.option(
+        "--enqueue-rate",
+        type=click.FloatRange(min=0, min_open=True),
+        envvar="TICKWORK_ENQUEUE_RATE",
+        default=1000.0,
+        show_default=True,
+        help="Enqueues per second per tenant per API process; over it: 429 quota-exceeded. "
+        "[env TICKWORK_ENQUEUE_RATE]",
+    )(function)

@@ -10,6 +10,7 @@ import click
 from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
 from tickwork.api.server import HttpServer
+from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
 from tickwork.errors import SchemaMismatch
 from tickwork.metrics import Metrics
@@ -76,8 +77,15 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
     required=True,
     help="YAML list of {token, tenant, role, queues}. [env TICKWORK_TOKENS_FILE]",
 )
+@options.quota_options
 def dispatcher(
-    database_urls: tuple[str, ...], shards: int, host: str, port: int, tokens_file: Path
+    database_urls: tuple[str, ...],
+    shards: int,
+    host: str,
+    port: int,
+    tokens_file: Path,
+    enqueue_rate: float,
+    enqueue_burst: float,
 ) -> None:
     """Serve the HTTP API (stateless; run as many as needed)."""
     options.configure_logging()
@@ -92,7 +100,8 @@ def dispatcher(
         remove = runtime.stop_on_signals(stop)
         try:
             async with Database(shard_map) as database:
-                services = runtime.api_services(database, tokens, Metrics())
+                settings = ApiSettings(enqueue_rate=enqueue_rate, enqueue_burst=enqueue_burst)
+                services = runtime.api_services(database, tokens, Metrics(), settings)
                 server = HttpServer(create_app(services), host, port)
                 click.echo(f"tickwork API on {await server.start()}")
                 await stop.wait()

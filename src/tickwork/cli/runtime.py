@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tickwork.api.auth import Authenticator
-from tickwork.api.services import Services
+from tickwork.api.services import ApiSettings, Services
 from tickwork.dispatch import Dispatcher
 from tickwork.jobs import Jobs
 from tickwork.metrics import Metrics
@@ -17,7 +17,12 @@ from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
 
 
-def api_services(database: Database, authenticator: Authenticator, metrics: Metrics) -> Services:
+def api_services(
+    database: Database,
+    authenticator: Authenticator,
+    metrics: Metrics,
+    settings: ApiSettings | None = None,
+) -> Services:
     return Services(
         database=database,
         jobs=Jobs(database),
@@ -25,6 +30,7 @@ def api_services(database: Database, authenticator: Authenticator, metrics: Metr
         signal=ReadySignal(database.shard_map),
         authenticator=authenticator,
         metrics=metrics,
+        settings=settings or ApiSettings(),
     )
 
 
