@@ -203,6 +203,7 @@ class Jobs:
             ready_at=ready_at,
             idempotency_key=request.idempotency_key,
             payload_json=None if payload is None else orjson.dumps(payload).decode(),
+            concurrency=spec.concurrency,
         )
 
     async def run(self, run_id: str) -> tuple[Run, list[Attempt]]:

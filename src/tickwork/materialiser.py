@@ -218,11 +218,12 @@ async def materialise(
                         idempotency_key(due.tenant, due.name, due_at, due.time_zone),
                         row["payload"],
                         len(planned_runs),
+                        row["concurrency"],
                     )
                 )
             advanced.append((due.tenant, due.name, planned.next_due_at, planned.dropped))
         inserted: Sequence[asyncpg.Record] = await conn.fetch(
-            INSERT_PLANNED_RUNS, *_columns(planned_runs, 15), now
+            INSERT_PLANNED_RUNS, *_columns(planned_runs, 16), now
         )
         await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 4))
         ready = [r["queue"] for r in inserted if r["state"] == "ready"]

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-import pytest
 from conftest import ApiServer
 
 PROBLEMS = "https://tickwork.dev/problems/"
@@ -435,10 +434,6 @@ async def test_swapped_tokens_in_a_batch_change_nothing(api_server: ApiServer) -
     assert (await get_run(api_server, b["runId"]))["state"] == "leased"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the claim query (store/sql/leases.sql) ignores the job's concurrency limit",
-)
 async def test_a_job_at_its_concurrency_limit_is_not_leased_again(api_server: ApiServer) -> None:
     await make_job(api_server, "one-at-a-time", concurrency=1)
     first = await enqueue(api_server, "one-at-a-time")

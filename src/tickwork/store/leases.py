@@ -24,6 +24,8 @@ from tickwork.store.database import Connection
 from tickwork.store.runs import State, notify_ready
 
 CLAIM: Final = queries.get("claim")
+LOCK_JOBS: Final = queries.get("lock_jobs")
+OVER_LIMIT: Final = queries.get("over_limit")
 HEARTBEAT: Final = queries.get("heartbeat")
 COMPLETE_SUCCEEDED: Final = queries.get("complete_succeeded")
 LOCK_LEASED: Final = queries.get("lock_leased")
@@ -144,6 +146,8 @@ async def claim(
     if not 1 <= limit <= MAX_BATCH:
         raise ValueError(f"limit must be 1..{MAX_BATCH}")
     rows = await conn.fetch(CLAIM, list(queues), limit, worker_id, now, lease_seconds, tenant)
+    if any(row["concurrency"] for row in rows):
+        rows = await _settle_limits(conn, rows, now)
     return [
         Lease(
             shard,
@@ -165,6 +169,49 @@ async def claim(
         )
         for row in rows
     ]
+
+
+async def _settle_limits(
+    conn: Connection, rows: list[asyncpg.Record], now: datetime | None
+) -> list[asyncpg.Record]:
+    """Give back what a claim took over a job's concurrency limit.
+
+    The claim counted the job's leased runs in its own snapshot, so two claimers at
+    once may both have taken the last slot. Here, under a lock per job taken in order,
+    a fresh count sees every committed lease; the excess, newest of this claim first,
+    goes back to ``ready`` with its attempt not counted. The hot path (no limits) never
+    comes here.
+    """
+    limits = {(row["tenant"], row["job"]): row["concurrency"] for row in rows if row["concurrency"]}
+    jobs = sorted(limits)
+    released: set[int] = set()
+    async with conn.transaction():
+        await conn.execute(LOCK_JOBS, [f"{tenant}/{job}" for tenant, job in jobs])
+        over = await conn.fetch(
+            OVER_LIMIT,
+            [tenant for tenant, _ in jobs],
+            [job for _, job in jobs],
+            [limits[key] for key in jobs],
+        )
+        for excess in over:
+            mine = sorted(
+                (
+                    row
+                    for row in rows
+                    if (row["tenant"], row["job"]) == (excess["tenant"], excess["job"])
+                ),
+                key=lambda row: (row["priority"], row["ready_at"], row["id"]),
+            )
+            give_back = mine[len(mine) - min(excess["excess"], len(mine)) :]
+            if give_back:
+                await conn.execute(
+                    RELEASE,
+                    [row["id"] for row in give_back],
+                    [row["fencing_token"] for row in give_back],
+                    now,
+                )
+                released.update(row["id"] for row in give_back)
+    return [row for row in rows if row["id"] not in released]
 
 
 async def heartbeat(

@@ -156,6 +156,7 @@ class NewRun:
     start_deadline: datetime | None = None
     idempotency_key: str | None = None
     payload_json: str | None = None
+    concurrency: int = 0  # the job's limit of leased runs; 0: none
 
 
 def _json(value: str | None) -> Any:
@@ -187,6 +188,7 @@ async def insert(
         new.idempotency_key,
         new.payload_json,
         now,
+        new.concurrency,
     )
     if row is None:
         existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)

@@ -3,9 +3,13 @@
 
 -- name: claim
 -- One single-shard transaction: lock up to $2 ready runs of the queues in $1, highest
--- priority first, oldest ready first, skipping rows another claimer holds.
+-- priority first, oldest ready first, skipping rows another claimer holds. A run of a
+-- job with a concurrency limit is taken only while the job has a free slot, counting
+-- the runs this claim takes before it (rank); runs over the limit wait in `ready`.
+-- Concurrent claimers can still both see a free slot: leases.claim settles that after
+-- commit, under a lock per job (see over_limit).
 WITH picked AS (
-    SELECT id
+    SELECT id, tenant, job, concurrency, priority, ready_at
     FROM runs
     WHERE state = 'ready'
       AND queue = ANY($1::text[])
@@ -13,6 +17,20 @@ WITH picked AS (
     ORDER BY priority, ready_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), allowed AS (
+    SELECT ranked.id
+    FROM (
+        SELECT picked.*,
+               row_number() OVER (PARTITION BY tenant, job
+                                  ORDER BY priority, ready_at, id) AS rank
+        FROM picked
+    ) AS ranked
+    WHERE ranked.concurrency = 0
+       OR ranked.rank + (SELECT count(*)
+                         FROM runs AS held
+                         WHERE held.tenant = ranked.tenant
+                           AND held.job = ranked.job
+                           AND held.state = 'leased') <= ranked.concurrency
 ), clock AS (
     SELECT coalesce($4::timestamptz, now()) AS now
 )
@@ -27,11 +45,25 @@ SET state = 'leased',
         clock.now + make_interval(secs => $5::double precision),
         clock.now + make_interval(secs => r.timeout_seconds)),
     updated_at = clock.now
-FROM picked, clock
-WHERE r.id = picked.id
+FROM allowed, clock
+WHERE r.id = allowed.id
 RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
           r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
-          r.lease_expires_at, r.deadline, r.payload
+          r.lease_expires_at, r.deadline, r.payload, r.concurrency
+
+-- name: lock_jobs
+-- Serialise the limit check of these jobs ($1: 'tenant/job' keys, sorted by the caller
+-- so two claimers never wait on each other in a cycle).
+SELECT pg_advisory_xact_lock(hashtextextended(key, 0)) FROM unnest($1::text[]) AS key
+
+-- name: over_limit
+-- Leased runs over each job's limit, counted in a statement that starts after the job
+-- lock is held, so it sees every lease committed by an earlier holder.
+SELECT j.tenant, j.job, count(r.id) - j.limit_ AS excess
+FROM unnest($1::text[], $2::text[], $3::integer[]) AS j(tenant, job, limit_)
+JOIN runs AS r ON r.tenant = j.tenant AND r.job = j.job AND r.state = 'leased'
+GROUP BY j.tenant, j.job, j.limit_
+HAVING count(r.id) > j.limit_
 
 -- name: heartbeat
 -- Extend the leases of runs $1 held with tokens $2 (pairwise, $2[i] for $1[i]) by $3

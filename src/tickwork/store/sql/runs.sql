@@ -8,12 +8,12 @@ WITH clock AS (
 )
 INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
                   retry_max, timeout_seconds, due_at, ready_at, start_deadline,
-                  idempotency_key, payload, created_at, updated_at)
+                  idempotency_key, payload, created_at, updated_at, concurrency)
 SELECT $1, $2, $3, $4,
        CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
        $5, $6, $7, $8, $9,
        coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
-       clock.now, clock.now
+       clock.now, clock.now, $16
 FROM clock
 ON CONFLICT (tenant, job, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *
