@@ -62,6 +62,7 @@ async def preload(
                 None,
                 None,
                 now,
+                0,  # no concurrency limit
             )
             for i in range(count)
         ],
