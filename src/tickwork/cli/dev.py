@@ -155,7 +155,7 @@ def dev(
         )
     assert database_url is not None
     try:
-        asyncio.run(
+        runtime.run(
             _run(
                 ShardMap.from_dsns([database_url], shards),
                 authenticator,

@@ -62,7 +62,7 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
         finally:
             remove()
 
-    asyncio.run(main())
+    runtime.run(main())
 
 
 @click.command()
@@ -109,4 +109,4 @@ def dispatcher(
         finally:
             remove()
 
-    asyncio.run(main())
+    runtime.run(main())

@@ -34,6 +34,17 @@ def api_services(
     )
 
 
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """Run a role's main coroutine, on uvloop where it is installed (it comes with
+    uvicorn[standard] on Linux and macOS): the HTTP path is markedly faster on it."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
+
+
 def stop_on_signals(stop: asyncio.Event) -> Callable[[], None]:
     """Set ``stop`` on SIGINT/SIGTERM; returns a function that removes the handlers."""
     loop = asyncio.get_running_loop()
