@@ -6,18 +6,17 @@ Tables by default, the API's JSON with ``--json``. The server and token come fro
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import httpx
 import yaml
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass
@@ -96,29 +95,37 @@ def _dig(item: dict[str, Any], column: str) -> Any:
     return value
 
 
-def connection_options(function: F) -> F:
-    decorated: Any = click.pass_context(function)
-    decorated = click.option(
+_CONNECTION_OPTIONS = (
+    click.option(
         "--url",
         envvar="TICKWORK_URL",
         default="http://127.0.0.1:8080",
         show_default=True,
         help="API URL. [env TICKWORK_URL]",
-    )(decorated)
-    decorated = click.option(
+    ),
+    click.option(
         "--token", envvar="TICKWORK_TOKEN", required=True, help="API token. [env TICKWORK_TOKEN]"
-    )(decorated)
-    decorated = click.option("--tenant", default=None, help="Admin tokens: act for this tenant.")(
-        decorated
-    )
-    result: F = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")(
-        decorated
-    )
+    ),
+    click.option("--tenant", default=None, help="Admin tokens: act for this tenant."),
+    click.option("--json", "as_json", is_flag=True, help="Print the API's JSON."),
+)
+
+
+def with_client(function: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the connection options (after its own, as people type them:
+    ``tickwork dlq list --json``) and call it with a ``Client`` first."""
+
+    @functools.wraps(function)
+    def command(
+        *args: Any, url: str, token: str, tenant: str | None, as_json: bool, **kwargs: Any
+    ) -> None:
+        function(Client(url, token, tenant, as_json), *args, **kwargs)
+
+    decorated: Any = command
+    for option in reversed(_CONNECTION_OPTIONS):
+        decorated = option(decorated)
+    result: Callable[..., None] = decorated
     return result
-
-
-def _client(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
-    ctx.obj = Client(url, token, tenant, as_json)
 
 
 JOB_COLUMNS = (
@@ -136,16 +143,14 @@ RUN_COLUMNS = ("runId", "job", "state", "attempt", "maxAttempts", "priority", "d
 
 
 @click.group()
-@connection_options
-def jobs(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
+def jobs() -> None:
     """Manage job definitions."""
-    _client(ctx, url, token, tenant, as_json)
 
 
 @jobs.command("list")
 @click.option("--cursor", default=None)
 @click.option("--limit", type=click.IntRange(1, 500), default=None)
-@click.pass_obj
+@with_client
 def jobs_list(client: Client, cursor: str | None, limit: int | None) -> None:
     """The tenant's jobs."""
     client.show(
@@ -155,7 +160,7 @@ def jobs_list(client: Client, cursor: str | None, limit: int | None) -> None:
 
 @jobs.command("get")
 @click.argument("name")
-@click.pass_obj
+@with_client
 def jobs_get(client: Client, name: str) -> None:
     """One job with its status."""
     client.show(client.call("GET", f"/v1/jobs/{name}"))
@@ -171,7 +176,7 @@ def jobs_get(client: Client, name: str) -> None:
     help="A ScheduledJob manifest (YAML), or a JobSpec (YAML/JSON) with --name.",
 )
 @click.option("--name", default=None, help="Job name when the file holds a bare JobSpec.")
-@click.pass_obj
+@with_client
 def jobs_apply(client: Client, path: Path, name: str | None) -> None:
     """Create or replace jobs from a file."""
     try:
@@ -191,7 +196,7 @@ def jobs_apply(client: Client, path: Path, name: str | None) -> None:
 
 @jobs.command("delete")
 @click.argument("name")
-@click.pass_obj
+@with_client
 def jobs_delete(client: Client, name: str) -> None:
     """Delete a job (cancels its pending runs, keeps history)."""
     client.show(client.call("DELETE", f"/v1/jobs/{name}"))
@@ -199,7 +204,7 @@ def jobs_delete(client: Client, name: str) -> None:
 
 @jobs.command("pause")
 @click.argument("name")
-@click.pass_obj
+@with_client
 def jobs_pause(client: Client, name: str) -> None:
     """Pause a job: no new cron runs."""
     client.show(client.call("POST", f"/v1/jobs/{name}:pause"), JOB_COLUMNS)
@@ -207,7 +212,7 @@ def jobs_pause(client: Client, name: str) -> None:
 
 @jobs.command("resume")
 @click.argument("name")
-@click.pass_obj
+@with_client
 def jobs_resume(client: Client, name: str) -> None:
     """Resume a job (missed runs follow its missedRunPolicy)."""
     client.show(client.call("POST", f"/v1/jobs/{name}:resume"), JOB_COLUMNS)
@@ -227,7 +232,7 @@ def jobs_resume(client: Client, name: str) -> None:
 @click.option("--idempotency-key", default=None, help="Same key twice → same run.")
 @click.option("--priority", type=click.Choice(["critical", "default", "bulk"]), default=None)
 @click.option("--if-not-running", is_flag=True, help="Refuse while the job is at its limit.")
-@click.pass_obj
+@with_client
 def jobs_run(
     client: Client,
     name: str,
@@ -260,10 +265,8 @@ def jobs_run(
 
 
 @click.group()
-@connection_options
-def runs(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
+def runs() -> None:
     """Inspect and cancel runs."""
-    _client(ctx, url, token, tenant, as_json)
 
 
 @runs.command("list")
@@ -271,7 +274,7 @@ def runs(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: 
 @click.option("--state", default=None, help="Only runs in this state.")
 @click.option("--cursor", default=None)
 @click.option("--limit", type=click.IntRange(1, 500), default=None)
-@click.pass_obj
+@with_client
 def runs_list(
     client: Client, job: str, state: str | None, cursor: str | None, limit: int | None
 ) -> None:
@@ -286,7 +289,7 @@ def runs_list(
 
 @runs.command("get")
 @click.argument("run_id")
-@click.pass_obj
+@with_client
 def runs_get(client: Client, run_id: str) -> None:
     """One run with its attempts."""
     document = client.call("GET", f"/v1/runs/{run_id}")
@@ -304,24 +307,22 @@ def runs_get(client: Client, run_id: str) -> None:
 
 @runs.command("cancel")
 @click.argument("run_id")
-@click.pass_obj
+@with_client
 def runs_cancel(client: Client, run_id: str) -> None:
     """Cancel a run (a leased run is asked to stop)."""
     client.show(client.call("POST", f"/v1/runs/{run_id}:cancel"), RUN_COLUMNS)
 
 
 @click.group()
-@connection_options
-def dlq(ctx: click.Context, url: str, token: str, tenant: str | None, as_json: bool) -> None:
+def dlq() -> None:
     """The dead-letter queue."""
-    _client(ctx, url, token, tenant, as_json)
 
 
 @dlq.command("list")
 @click.option("--job", default=None, help="Only this job's dead runs.")
 @click.option("--cursor", default=None)
 @click.option("--limit", type=click.IntRange(1, 500), default=None)
-@click.pass_obj
+@with_client
 def dlq_list(client: Client, job: str | None, cursor: str | None, limit: int | None) -> None:
     """Dead runs, newest first."""
     client.show(
@@ -332,7 +333,7 @@ def dlq_list(client: Client, job: str | None, cursor: str | None, limit: int | N
 
 @dlq.command("replay")
 @click.argument("run_id")
-@click.pass_obj
+@with_client
 def dlq_replay(client: Client, run_id: str) -> None:
     """Re-enqueue a dead run with a fresh attempt budget."""
     client.show(client.call("POST", f"/v1/dlq/{run_id}:replay"), RUN_COLUMNS)
@@ -340,7 +341,7 @@ def dlq_replay(client: Client, run_id: str) -> None:
 
 @dlq.command("discard")
 @click.argument("run_id")
-@click.pass_obj
+@with_client
 def dlq_discard(client: Client, run_id: str) -> None:
     """End a dead run."""
     client.show(client.call("POST", f"/v1/dlq/{run_id}:discard"), RUN_COLUMNS)
