@@ -174,11 +174,6 @@ class BatchEnqueueRequest(Model):
     runs: list[BatchEnqueueItem] = Field(min_length=1, max_length=MAX_BATCH_ENQUEUE)
 
 
-class BatchItemResult(Model):
-    model_config = ConfigDict(extra="allow")
-    problem: Problem | None = None
-
-
 class BatchEnqueueResponse(Model):
     items: list[dict[str, Any]] = Field(
         description='In request order: a Run, or {"problem": Problem}.'

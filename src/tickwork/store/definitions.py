@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import asyncpg
 import orjson
@@ -163,7 +163,3 @@ async def list_of_tenant(
 ) -> list[Definition]:
     rows = await conn.fetch(DEFINITIONS_OF_TENANT, tenant, after, limit)
     return [Definition.from_record(shard, row) for row in rows]
-
-
-def spec_document(definition: Definition) -> dict[str, Any]:
-    return definition.spec.to_document()
