@@ -66,6 +66,27 @@ async def test_unlimited_runs_flow_past_a_job_at_its_limit(
     assert sorted(lease.job for lease in granted) == [limited] + [unlimited] * 5
 
 
+async def test_a_job_at_its_limit_does_not_block_the_queue_behind_it(
+    database: Database, clock: FrozenClock
+) -> None:
+    jobs = Jobs(database, clock)
+    names = [f"job-{n}" for n in range(40)]
+    by_shard: dict[int, list[str]] = {}
+    for name in names:
+        by_shard.setdefault(jobs.shard_of("acme", name), []).append(name)
+    limited, unlimited = next(group for group in by_shard.values() if len(group) >= 2)[:2]
+    await jobs.put("acme", limited, JobSpec(concurrency=1), "test")
+    await jobs.put("acme", unlimited, JobSpec(), "test")
+    await _enqueue(jobs, limited, 20)  # older: at the head of the queue
+    shard = await _enqueue(jobs, unlimited, 3)
+    async with database.connection(shard) as conn:
+        taken = [
+            await leases.claim(conn, shard, ["default"], 1, f"w{n}", 30, clock.now())
+            for n in range(4)
+        ]
+    assert [lease.job for batch in taken for lease in batch] == [limited] + [unlimited] * 3
+
+
 async def test_concurrent_claimers_never_exceed_the_limit(
     shard_map: ShardMap, database: Database, clock: FrozenClock
 ) -> None:

@@ -10,10 +10,18 @@
 -- commit, under a lock per job (see over_limit).
 WITH picked AS (
     SELECT id, tenant, job, concurrency, priority, ready_at
-    FROM runs
+    FROM runs AS r
     WHERE state = 'ready'
       AND queue = ANY($1::text[])
       AND ($6::text IS NULL OR tenant = $6)
+      -- A job already at its limit is passed over here, before the LIMIT, so its
+      -- waiting runs do not block the runs of other jobs behind them.
+      AND (r.concurrency = 0
+           OR (SELECT count(*)
+               FROM runs AS held
+               WHERE held.tenant = r.tenant
+                 AND held.job = r.job
+                 AND held.state = 'leased') < r.concurrency)
     ORDER BY priority, ready_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
