@@ -23,6 +23,17 @@ async def _enqueue(jobs: Jobs, name: str, count: int) -> int:
     return run.shard
 
 
+async def _limited_and_unlimited_on_one_shard(jobs: Jobs) -> tuple[str, str]:
+    """Two jobs on one shard, so a single claim sees both: one with concurrency 1."""
+    by_shard: dict[int, list[str]] = {}
+    for name in (f"job-{n}" for n in range(40)):
+        by_shard.setdefault(jobs.shard_of("acme", name), []).append(name)
+    limited, unlimited = next(group for group in by_shard.values() if len(group) >= 2)[:2]
+    await jobs.put("acme", limited, JobSpec(concurrency=1), "test")
+    await jobs.put("acme", unlimited, JobSpec(), "test")
+    return limited, unlimited
+
+
 async def test_a_claim_takes_no_more_than_the_free_slots(
     database: Database, clock: FrozenClock
 ) -> None:
@@ -51,32 +62,19 @@ async def test_unlimited_runs_flow_past_a_job_at_its_limit(
     database: Database, clock: FrozenClock
 ) -> None:
     jobs = Jobs(database, clock)
-    # Two jobs that hash to one shard, so a single claim sees both.
-    names = [f"job-{n}" for n in range(40)]
-    by_shard: dict[int, list[str]] = {}
-    for name in names:
-        by_shard.setdefault(jobs.shard_of("acme", name), []).append(name)
-    limited, unlimited = next(group for group in by_shard.values() if len(group) >= 2)[:2]
-    await jobs.put("acme", limited, JobSpec(concurrency=1), "test")
-    await jobs.put("acme", unlimited, JobSpec(), "test")
+    limited, unlimited = await _limited_and_unlimited_on_one_shard(jobs)
     await _enqueue(jobs, limited, 5)  # older: first in line
     shard = await _enqueue(jobs, unlimited, 5)
     async with database.connection(shard) as conn:
         granted = await leases.claim(conn, shard, ["default"], 10, "w", 30, clock.now())
-    assert sorted(lease.job for lease in granted) == [limited] + [unlimited] * 5
+    assert sorted(lease.job for lease in granted) == sorted([limited] + [unlimited] * 5)
 
 
 async def test_a_job_at_its_limit_does_not_block_the_queue_behind_it(
     database: Database, clock: FrozenClock
 ) -> None:
     jobs = Jobs(database, clock)
-    names = [f"job-{n}" for n in range(40)]
-    by_shard: dict[int, list[str]] = {}
-    for name in names:
-        by_shard.setdefault(jobs.shard_of("acme", name), []).append(name)
-    limited, unlimited = next(group for group in by_shard.values() if len(group) >= 2)[:2]
-    await jobs.put("acme", limited, JobSpec(concurrency=1), "test")
-    await jobs.put("acme", unlimited, JobSpec(), "test")
+    limited, unlimited = await _limited_and_unlimited_on_one_shard(jobs)
     await _enqueue(jobs, limited, 20)  # older: at the head of the queue
     shard = await _enqueue(jobs, unlimited, 3)
     async with database.connection(shard) as conn:
