@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -44,7 +45,10 @@ def server() -> Iterator[str]:
     if external:
         yield external
         return
-    import pgserver
+    with warnings.catch_warnings():
+        # platformdirs warns on import when XDG_RUNTIME_DIR is unset; irrelevant here.
+        warnings.simplefilter("ignore")
+        import pgserver
 
     folder = tempfile.mkdtemp(prefix="tickwork-bench-pg-")
     postgres = pgserver.get_server(folder, cleanup_mode="stop")  # type: ignore[attr-defined]
