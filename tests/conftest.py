@@ -7,6 +7,7 @@ temporary directory; with it, tests use that server (they create and drop databa
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -75,20 +76,32 @@ async def template_url(server_url: str) -> str:
     return url
 
 
+@contextlib.asynccontextmanager
+async def scratch_database(
+    server_url: str, prefix: str, template: str | None = None
+) -> AsyncIterator[str]:
+    """A new database (empty, or a clone of ``template``), dropped afterwards."""
+    name = f"{prefix}_{os.getpid()}_{next(_names)}"
+    clone = f' TEMPLATE "{template}"' if template else ""
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"{clone}')
+    finally:
+        await admin.close()
+    try:
+        yield with_database(server_url, name)
+    finally:
+        admin = await asyncpg.connect(server_url)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
 @pytest.fixture
 async def database_url(server_url: str, template_url: str) -> AsyncIterator[str]:
-    name = f"tickwork_test_{os.getpid()}_{next(_names)}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
-    finally:
-        await admin.close()
-    yield with_database(server_url, name)
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with scratch_database(server_url, "tickwork_test", TEMPLATE) as url:
+        yield url
 
 
 @pytest.fixture

@@ -8,38 +8,24 @@ would pass every functional test and still take a shard down).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
 import pytest
-from conftest import TEST_SHARDS, with_database
+from conftest import TEST_SHARDS, scratch_database
 
 from tickwork.errors import SchemaMismatch
 from tickwork.shards import Shard, ShardMap
 from tickwork.store import database, migrate, queries
 
-_names = itertools.count()
-
 
 @pytest.fixture
 async def empty_url(server_url: str) -> AsyncIterator[str]:
     """A brand-new database with nothing in it."""
-    name = f"tickwork_empty_{os.getpid()}_{next(_names)}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    yield with_database(server_url, name)
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with scratch_database(server_url, "tickwork_empty") as url:
+        yield url
 
 
 def shards_of(url: str, count: int = TEST_SHARDS) -> tuple[Shard, ...]:
