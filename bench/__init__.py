@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from tickwork.shards import ShardMap
+from tickwork.core.shards import ShardMap
 
 Row: TypeAlias = dict[str, Any]
 

@@ -26,9 +26,9 @@ import aiohttp
 import orjson
 
 from bench import Context, Table, register
-from tickwork.shards import ShardMap
+from tickwork.core.records import Completion, Outcome
+from tickwork.core.shards import ShardMap
 from tickwork.store import database, leases
-from tickwork.store.leases import Completion, Outcome
 
 SHARDS = 4
 QUEUE = "bench"

@@ -31,9 +31,9 @@ import asyncpg
 import orjson
 
 from bench import Context, Row, Table, register
-from tickwork import materialiser
-from tickwork.shards import ShardMap
-from tickwork.spec import JobSpec, MissedRunPolicy, Schedule
+from tickwork.core.shards import ShardMap
+from tickwork.core.spec import JobSpec, MissedRunPolicy, Schedule
+from tickwork.engine import materialiser
 from tickwork.store import database, leases
 
 SHARDS = 4

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 import asyncpg
 
 from bench import Context, Row, Table, register
-from tickwork.shards import Shard
+from tickwork.core.records import Completed, Completion, Outcome, State
+from tickwork.core.shards import Shard
 from tickwork.store import database, leases
-from tickwork.store.leases import Completed, Completion, Outcome
-from tickwork.store.runs import State
 
 BATCHES = (1, 10, 100)
 CONNECTIONS = 2

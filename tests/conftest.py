@@ -24,12 +24,12 @@ from tickwork.api.app import create_app
 from tickwork.api.auth import Role, StaticTokens, TokenEntry
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
-from tickwork.clock import FrozenClock
-from tickwork.dispatch import Dispatcher
-from tickwork.jobs import Jobs
-from tickwork.metrics import Metrics
-from tickwork.scheduler import Scheduler
-from tickwork.shards import ShardMap
+from tickwork.core.clock import FrozenClock
+from tickwork.core.shards import ShardMap
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.jobs import Jobs
+from tickwork.engine.metrics import Metrics
+from tickwork.engine.scheduler import Scheduler
 from tickwork.store import migrate
 from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal

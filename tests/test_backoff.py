@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from tickwork import backoff
+from tickwork.core import backoff
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from click.testing import CliRunner, Result
 
-from tickwork import hashing
 from tickwork.cli import cli
+from tickwork.core import hashing
 
 
 def run(*args: str) -> Result:

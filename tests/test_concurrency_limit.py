@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from tickwork.clock import FrozenClock
-from tickwork.jobs import EnqueueRequest, Jobs
-from tickwork.shards import ShardMap
-from tickwork.spec import JobSpec
+from tickwork.core.clock import FrozenClock
+from tickwork.core.records import Completion, Outcome
+from tickwork.core.shards import ShardMap
+from tickwork.core.spec import JobSpec
+from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.store import database as db
 from tickwork.store import leases
 from tickwork.store.database import Database
-from tickwork.store.leases import Completion, Outcome
 
 LEASED_OF_JOB = "SELECT count(*) FROM runs WHERE job = $1 AND state = 'leased'"
 

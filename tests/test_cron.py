@@ -1,4 +1,4 @@
-"""Parsing, validation and the shape of the ``tickwork.cron`` API."""
+"""Parsing, validation and the shape of the ``tickwork.core.cron`` API."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from tickwork import cron
+from tickwork.core import cron
 
 
 def utc(text: str) -> datetime:

@@ -1,4 +1,4 @@
-"""DST and calendar suite for ``tickwork.cron``.
+"""DST and calendar suite for ``tickwork.core.cron``.
 
 Expected instants do not come from croniter: a brute-force reference below walks
 every UTC minute of a window, reads it as local wall time with zoneinfo and applies
@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tickwork import cron
+from tickwork.core import cron
 
 MINUTE = timedelta(minutes=1)
 # Longer wall-clock jumps are zone changes, not DST: fixed-time jobs in them are

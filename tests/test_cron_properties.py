@@ -1,4 +1,4 @@
-"""Property tests for ``tickwork.cron`` over generated expressions and zones.
+"""Property tests for ``tickwork.core.cron`` over generated expressions and zones.
 
 The matcher here is a small independent reading of cron text (the DST suite has
 its own; test modules do not import each other so either can move freely).
@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tickwork import cron
+from tickwork.core import cron
 
 MINUTE = timedelta(minutes=1)
 MAX_GAP_RUN = timedelta(hours=3)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tickwork import hashing
+from tickwork.core import hashing
 
 # Pinned values: changing them moves every installed job to another shard (its runs
 # become unreachable) and shifts every job's fire time. Never update them casually.
@@ -36,7 +36,7 @@ def test_stable_hash_is_pinned() -> None:
 
 def test_values_are_the_same_in_another_process_with_another_hash_seed() -> None:
     script = (
-        "from tickwork import hashing;"
+        "from tickwork.core import hashing;"
         "print([(hashing.shard_of('t', f'job-{i}', 16), hashing.jitter_offset('t', f'job-{i}', 60))"
         " for i in range(50)])"
     )

@@ -16,16 +16,15 @@ from typing import Any
 
 import pytest
 
-from tickwork import shards
-from tickwork.clock import FrozenClock
-from tickwork.dispatch import CompleteItem, Dispatcher, HeartbeatItem
-from tickwork.errors import InvalidRequest, InvalidState, NotFound, StaleLease
-from tickwork.jobs import EnqueueRequest, Jobs, JobView
-from tickwork.spec import JobSpec, Priority, Retry
+from tickwork.core import shards
+from tickwork.core.clock import FrozenClock
+from tickwork.core.errors import InvalidRequest, InvalidState, NotFound, StaleLease
+from tickwork.core.records import Completed, Extended, Lease, NewRun, Origin, Outcome, Run, State
+from tickwork.core.spec import JobSpec, Priority, Retry
+from tickwork.engine.dispatch import CompleteItem, Dispatcher, HeartbeatItem
+from tickwork.engine.jobs import EnqueueRequest, Jobs, JobView
 from tickwork.store import dlq, leases, runs
 from tickwork.store.database import Database
-from tickwork.store.leases import Completed, Extended, Lease, Outcome
-from tickwork.store.runs import NewRun, Origin, Run, State
 
 TENANT = "acme"
 ACTOR = "alice@example.com"

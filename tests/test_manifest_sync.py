@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tickwork.cli.dev import ManifestSync
-from tickwork.clock import FrozenClock
-from tickwork.errors import NotFound
-from tickwork.jobs import EnqueueRequest, Jobs
+from tickwork.core.clock import FrozenClock
+from tickwork.core.errors import NotFound
+from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.store.database import Database
 
 HOURLY = """\

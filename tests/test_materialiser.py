@@ -19,12 +19,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
-from tickwork import hashing, manifests, materialiser
 from tickwork.api import render
-from tickwork.clock import FrozenClock
-from tickwork.jobs import Jobs, next_due_after
-from tickwork.scheduler import Scheduler
-from tickwork.spec import JobSpec, MissedRunPolicy, Schedule
+from tickwork.core import hashing
+from tickwork.core.clock import FrozenClock
+from tickwork.core.spec import JobSpec, MissedRunPolicy, Schedule
+from tickwork.engine import manifests, materialiser
+from tickwork.engine.jobs import Jobs, next_due_after
+from tickwork.engine.scheduler import Scheduler
 from tickwork.store import definitions, leases
 from tickwork.store.database import Connection, Database
 

@@ -14,11 +14,12 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tickwork import hashing, materialiser
-from tickwork.clock import FrozenClock
-from tickwork.cron import CronError, CronSchedule
-from tickwork.jobs import Jobs
-from tickwork.spec import JobSpec, MissedRunPolicy, Schedule
+from tickwork.core import hashing
+from tickwork.core.clock import FrozenClock
+from tickwork.core.cron import CronError, CronSchedule
+from tickwork.core.spec import JobSpec, MissedRunPolicy, Schedule
+from tickwork.engine import materialiser
+from tickwork.engine.jobs import Jobs
 from tickwork.store.database import Database
 
 TENANT = "props"

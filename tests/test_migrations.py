@@ -16,8 +16,8 @@ import asyncpg
 import pytest
 from conftest import TEST_SHARDS, scratch_database
 
-from tickwork.errors import SchemaMismatch
-from tickwork.shards import Shard, ShardMap
+from tickwork.core.errors import SchemaMismatch
+from tickwork.core.shards import Shard, ShardMap
 from tickwork.store import database, migrate, queries
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tickwork.errors import QuotaExceeded
-from tickwork.quotas import EnqueueQuota
+from tickwork.core.errors import QuotaExceeded
+from tickwork.engine.quotas import EnqueueQuota
 
 
 class Clock:

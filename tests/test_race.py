@@ -22,14 +22,22 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tickwork.dispatch import CompleteItem, Dispatcher
-from tickwork.errors import StaleLease, TickworkError
-from tickwork.shards import ShardMap
+from tickwork.core.errors import StaleLease, TickworkError
+from tickwork.core.records import (
+    Beat,
+    Completed,
+    Completion,
+    Extended,
+    Lease,
+    Origin,
+    Outcome,
+    State,
+)
+from tickwork.core.shards import ShardMap
+from tickwork.engine.dispatch import CompleteItem, Dispatcher
 from tickwork.store import database as db
 from tickwork.store import leases, runs
 from tickwork.store.database import Database, PoolSettings
-from tickwork.store.leases import Beat, Completed, Completion, Extended, Lease, Outcome
-from tickwork.store.runs import State
 
 QUEUES = ["default"]
 T0 = datetime(2026, 3, 15, 1, 0, tzinfo=UTC)
@@ -51,7 +59,7 @@ async def preload(
                 f"job-{i % 17}",
                 "default",
                 i % 3,
-                runs.Origin.api.value,
+                Origin.api.value,
                 max_attempts,
                 0.0,
                 0.0,

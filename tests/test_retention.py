@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tickwork.clock import FrozenClock
-from tickwork.jobs import EnqueueRequest, Jobs
-from tickwork.scheduler import Scheduler
-from tickwork.spec import JobSpec
+from tickwork.core.clock import FrozenClock
+from tickwork.core.records import Completion, Outcome
+from tickwork.core.spec import JobSpec
+from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.scheduler import Scheduler
 from tickwork.store import leases, retention
 from tickwork.store.database import Database
-from tickwork.store.leases import Completion, Outcome
 
 DAY = datetime(2026, 5, 10, 12, 0, tzinfo=UTC)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tickwork import hashing, shards
-from tickwork.errors import NotFound
-from tickwork.shards import Shard, ShardMap
+from tickwork.core import hashing, shards
+from tickwork.core.errors import NotFound
+from tickwork.core.shards import Shard, ShardMap
 
 
 def test_one_dsn_means_every_shard_on_that_server_with_its_own_schema() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tickwork import cron, spec
-from tickwork.spec import JobSpec, MissedRunPolicy, Priority, Retry, Schedule
+from tickwork.core import cron, spec
+from tickwork.core.spec import JobSpec, MissedRunPolicy, Priority, Retry, Schedule
 
 
 def refusal(document: dict[str, Any]) -> tuple[str, tuple[int | str, ...], str]:

@@ -23,10 +23,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from tickwork.jobs import EnqueueRequest
-from tickwork.spec import JobSpec
+from tickwork.core.records import State
+from tickwork.core.spec import JobSpec
+from tickwork.engine.jobs import EnqueueRequest
 from tickwork.store import leases
-from tickwork.store.runs import State
 from tickwork.worker import (
     ApiError,
     Beat,

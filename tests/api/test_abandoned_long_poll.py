@@ -8,8 +8,8 @@ import contextlib
 import httpx
 from conftest import ApiServer
 
-from tickwork.jobs import EnqueueRequest
-from tickwork.spec import JobSpec
+from tickwork.core.spec import JobSpec
+from tickwork.engine.jobs import EnqueueRequest
 
 
 async def test_runs_claimed_for_a_vanished_long_poll_are_released(api_server: ApiServer) -> None:

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from conftest import ApiServer
 
-from tickwork.clock import FrozenClock
-from tickwork.scheduler import Scheduler
+from tickwork.core.clock import FrozenClock
+from tickwork.engine.scheduler import Scheduler
 from tickwork.store.wakeup import Waiter
 
 # One TLS context for every client: httpx would load the CA bundle per client otherwise.

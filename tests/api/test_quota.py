@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from conftest import ApiServer
 
-from tickwork.quotas import EnqueueQuota
+from tickwork.engine.quotas import EnqueueQuota
 
 PROBLEM = "https://tickwork.dev/problems/quota-exceeded"
 

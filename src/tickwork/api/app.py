@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tickwork import __version__
 from tickwork.api import jobs_routes, ops_routes, problems, render, worker_routes
 from tickwork.api.services import Services
-from tickwork.errors import PayloadTooLarge
+from tickwork.core.errors import PayloadTooLarge
 
 DESCRIPTION = """\
 Cron, delayed and one-off jobs on sharded PostgreSQL. Every call but `/healthz` and

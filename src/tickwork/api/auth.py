@@ -20,9 +20,9 @@ from typing import Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tickwork.errors import Forbidden, InvalidRequest, Unauthenticated
-from tickwork.spec import check_tenant
-from tickwork.store.leases import Scope
+from tickwork.core.errors import Forbidden, InvalidRequest, Unauthenticated
+from tickwork.core.records import Scope
+from tickwork.core.spec import check_tenant
 
 
 class Role(enum.StrEnum):

@@ -9,14 +9,14 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from tickwork import shards
 from tickwork.api import models, problems, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
-from tickwork.errors import InvalidRequest, NotFound, TickworkError
-from tickwork.jobs import DeadCursor, EnqueueRequest
-from tickwork.spec import JobSpec, check_name
-from tickwork.store.runs import Attempt, Run, State
+from tickwork.core import shards
+from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
+from tickwork.core.records import Attempt, Run, State
+from tickwork.core.spec import JobSpec, check_name
+from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 
 router = APIRouter(prefix="/v1")
 

@@ -14,8 +14,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, fie
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from tickwork import spec
-from tickwork.spec import JobSpec, Priority
+from tickwork.core import spec
+from tickwork.core.spec import JobSpec, Priority
 
 MAX_BATCH_ENQUEUE = 1000
 MAX_DELAY_SECONDS = 366 * 86_400

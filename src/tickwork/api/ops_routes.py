@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from tickwork import metrics
 from tickwork.api import responses
 from tickwork.api.auth import Principal
 from tickwork.api.services import principal, services
-from tickwork.errors import SchemaMismatch
+from tickwork.core.errors import SchemaMismatch
+from tickwork.engine import metrics
 from tickwork.store import migrate
 
 router = APIRouter()

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from tickwork.api import render
-from tickwork.errors import (
+from tickwork.core.errors import (
     InvalidRequest,
     InvalidSchedule,
     NotFound,

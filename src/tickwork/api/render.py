@@ -11,11 +11,10 @@ from typing import Any, Final
 
 import orjson
 
-from tickwork.errors import TickworkError
-from tickwork.jobs import JobView
-from tickwork.spec import Priority
-from tickwork.store.leases import Completed, Extended, Lease
-from tickwork.store.runs import Attempt, Run
+from tickwork.core.errors import TickworkError
+from tickwork.core.records import Attempt, Completed, Extended, Lease, Run
+from tickwork.core.spec import Priority
+from tickwork.engine.jobs import JobView
 
 JSON_OPTIONS: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 

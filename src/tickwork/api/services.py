@@ -9,10 +9,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import Authenticator, Principal, authenticate_header
-from tickwork.dispatch import Dispatcher
-from tickwork.jobs import Jobs
-from tickwork.metrics import Metrics
-from tickwork.quotas import EnqueueQuota
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.jobs import Jobs
+from tickwork.engine.metrics import Metrics
+from tickwork.engine.quotas import EnqueueQuota
 from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
 

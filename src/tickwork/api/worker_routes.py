@@ -21,10 +21,10 @@ from starlette.responses import Response
 from tickwork.api import models, render, responses
 from tickwork.api.auth import Principal, Role, authenticate_header
 from tickwork.api.services import Services, services
-from tickwork.dispatch import CompleteItem, HeartbeatItem
-from tickwork.errors import Forbidden, InvalidRequest, TickworkError
-from tickwork.spec import Priority
-from tickwork.store.leases import Completed, Extended, Lease, Outcome
+from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError
+from tickwork.core.records import Completed, Extended, Lease, Outcome
+from tickwork.core.spec import Priority
+from tickwork.engine.dispatch import CompleteItem, HeartbeatItem
 
 router = APIRouter(prefix="/v1")
 

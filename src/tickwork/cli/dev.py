@@ -12,15 +12,15 @@ from typing import Any
 
 import click
 
-from tickwork import manifests
 from tickwork.api.app import create_app
 from tickwork.api.auth import Authenticator, Role, StaticTokens, TokenEntry, generate_token
 from tickwork.api.server import HttpServer
 from tickwork.cli import options, runtime
-from tickwork.jobs import EnqueueRequest, Jobs
-from tickwork.metrics import Metrics
-from tickwork.scheduler import Scheduler
-from tickwork.shards import ShardMap
+from tickwork.core.shards import ShardMap
+from tickwork.engine import manifests
+from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.metrics import Metrics
+from tickwork.engine.scheduler import Scheduler
 from tickwork.store import migrate
 from tickwork.store.database import Database
 
@@ -214,7 +214,7 @@ async def _run(
 async def _demo(
     jobs: Jobs, url: str, token: str, sync: ManifestSync | None
 ) -> Callable[[asyncio.Event], Coroutine[Any, Any, None]]:
-    from tickwork import demo
+    from tickwork.cli import demo
 
     worker = demo.build_worker(url, token, sync.queues if sync else ["default"])
     if sync is not None:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tickwork.shards import DEFAULT_SHARD_COUNT, ShardMap
+from tickwork.core.shards import DEFAULT_SHARD_COUNT, ShardMap
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -12,9 +12,9 @@ from tickwork.api.auth import StaticTokens
 from tickwork.api.server import HttpServer
 from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
-from tickwork.errors import SchemaMismatch
-from tickwork.metrics import Metrics
-from tickwork.scheduler import Scheduler
+from tickwork.core.errors import SchemaMismatch
+from tickwork.engine.metrics import Metrics
+from tickwork.engine.scheduler import Scheduler
 from tickwork.store import migrate as migrations
 from tickwork.store.database import Database
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from tickwork.api.auth import Authenticator
 from tickwork.api.services import ApiSettings, Services
-from tickwork.dispatch import Dispatcher
-from tickwork.jobs import Jobs
-from tickwork.metrics import Metrics
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.jobs import Jobs
+from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
 

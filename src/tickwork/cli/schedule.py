@@ -9,7 +9,7 @@ from typing import Final
 
 import click
 
-from tickwork import cron, hashing
+from tickwork.core import cron, hashing
 
 # RFC 3339 date-time: full date, time with seconds, and an explicit offset.
 # datetime.fromisoformat alone would also take dates, basic formats and naive times.

@@ -12,7 +12,7 @@ from typing import TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from tickwork.shards import Shard, ShardMap
+from tickwork.core.shards import Shard, ShardMap
 
 # Store functions accept a plain connection or one checked out of a pool.
 Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-import asyncpg
 import orjson
 
-from tickwork.errors import NotFound
-from tickwork.spec import JobSpec
+from tickwork.core.errors import NotFound
+from tickwork.core.records import Definition
+from tickwork.core.spec import JobSpec
 from tickwork.store import queries, runs
 from tickwork.store.database import Connection
 
@@ -21,35 +20,6 @@ UPSERT_DEFINITION: Final = queries.get("upsert_definition")
 DELETE_DEFINITION: Final = queries.get("delete_definition")
 SET_PAUSED: Final = queries.get("set_paused")
 DEFINITIONS_OF_TENANT: Final = queries.get("definitions_of_tenant")
-
-
-@dataclass(frozen=True, slots=True)
-class Definition:
-    shard: int
-    tenant: str
-    name: str
-    spec: JobSpec
-    paused: bool
-    next_due_at: datetime | None
-    missed_dropped: int
-    generation: int
-    created_at: datetime
-    updated_at: datetime
-
-    @classmethod
-    def from_record(cls, shard: int, row: asyncpg.Record) -> Definition:
-        return cls(
-            shard=shard,
-            tenant=row["tenant"],
-            name=row["name"],
-            spec=JobSpec.model_validate(orjson.loads(row["spec"])),
-            paused=row["paused"],
-            next_due_at=row["next_due_at"],
-            missed_dropped=row["missed_dropped"],
-            generation=row["generation"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
 
 
 def _not_found(tenant: str, name: str) -> NotFound:

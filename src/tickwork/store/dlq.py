@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from tickwork import shards
-from tickwork.errors import InvalidState, NotFound
+from tickwork.core import shards
+from tickwork.core.errors import InvalidState, NotFound
+from tickwork.core.records import Run, State
 from tickwork.store import queries, runs
 from tickwork.store.database import Connection
-from tickwork.store.runs import Run, State
 
 DEAD_RUNS: Final = queries.get("dead_runs")
 REPLAY_DEAD: Final = queries.get("replay_dead")

@@ -7,7 +7,6 @@ token, and anything else is a ``StaleLease`` that changes nothing.
 
 from __future__ import annotations
 
-import enum
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,11 +16,22 @@ from typing import Any, Final, TypeVar
 import asyncpg
 import orjson
 
-from tickwork import backoff, shards
-from tickwork.errors import NotFound, StaleLease, TickworkError
+from tickwork.core import backoff, shards
+from tickwork.core.errors import NotFound, StaleLease, TickworkError
+from tickwork.core.records import (
+    UNRESTRICTED,
+    Beat,
+    Completed,
+    Completion,
+    Extended,
+    Lease,
+    Outcome,
+    Scope,
+    State,
+)
 from tickwork.store import queries
 from tickwork.store.database import Connection
-from tickwork.store.runs import State, notify_ready
+from tickwork.store.runs import notify_ready
 
 CLAIM: Final = queries.get("claim")
 LOCK_JOBS: Final = queries.get("lock_jobs")
@@ -41,94 +51,6 @@ RELEASE: Final = queries.get("release")
 MAX_BATCH: Final = 100
 MAX_EXTENSION_SECONDS: Final = 6 * 3600
 LEASE_EXPIRED_ERROR: Final = {"message": "lease expired", "reason": "lease-expired"}
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """What a caller may touch: one tenant's runs (None: any) in some queues (None: any)."""
-
-    tenant: str | None = None
-    queues: tuple[str, ...] | None = None
-
-    def allows(self, tenant: str, queue: str) -> bool:
-        return (self.tenant is None or self.tenant == tenant) and (
-            self.queues is None or queue in self.queues
-        )
-
-    @property
-    def queue_list(self) -> list[str] | None:
-        return None if self.queues is None else list(self.queues)
-
-
-UNRESTRICTED: Final = Scope()
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A run handed to one worker until ``lease_expires_at``."""
-
-    shard: int
-    id: int
-    tenant: str
-    job: str
-    queue: str
-    priority: int
-    attempt: int
-    max_attempts: int
-    idempotency_key: str | None
-    fencing_token: int
-    due_at: datetime
-    ready_at: datetime
-    leased_at: datetime
-    lease_expires_at: datetime
-    deadline: datetime
-    # Passed through as the JSON text the database holds: the worker path never parses it.
-    payload_json: str | None
-
-    @property
-    def run_id(self) -> str:
-        return shards.format_run_id(self.shard, self.id)
-
-    @property
-    def effective_idempotency_key(self) -> str:
-        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
-
-
-class Outcome(enum.StrEnum):
-    succeeded = "succeeded"
-    failed = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    id: int
-    fencing_token: int
-    outcome: Outcome
-    error: dict[str, Any] | None = None
-    retryable: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Completed:
-    """The answer to a completion: the state it produced and when a retry may start."""
-
-    id: int
-    state: State
-    next_attempt_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    id: int
-    fencing_token: int
-    extend_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Extended:
-    id: int
-    lease_expires_at: datetime
-    cancel_requested: bool
 
 
 async def claim(

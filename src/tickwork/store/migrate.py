@@ -18,8 +18,8 @@ from typing import Final
 
 import asyncpg
 
-from tickwork.errors import SchemaMismatch
-from tickwork.shards import Shard
+from tickwork.core.errors import SchemaMismatch
+from tickwork.core.shards import Shard
 from tickwork.store import database, queries
 from tickwork.store.database import Connection
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-import asyncpg
 import orjson
 
-from tickwork import shards
-from tickwork.errors import InvalidState, NotFound
+from tickwork.core import shards
+from tickwork.core.errors import InvalidState, NotFound
+from tickwork.core.records import (
+    PENDING,
+    Attempt,
+    AuditEntry,
+    JobRunSummary,
+    NewRun,
+    Run,
+    State,
+    decode_json,
+)
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
@@ -29,138 +36,6 @@ LAST_FINISHED_RUN: Final = queries.get("last_finished_run")
 RECORD_AUDIT: Final = queries.get("record_audit")
 AUDIT_OF_JOB: Final = queries.get("audit_of_job")
 NOTIFY_READY: Final = queries.get("notify_ready")
-
-
-class State(enum.StrEnum):
-    scheduled = "scheduled"
-    ready = "ready"
-    leased = "leased"
-    retry_wait = "retry_wait"
-    succeeded = "succeeded"
-    dead = "dead"
-    cancelled = "cancelled"
-    discarded = "discarded"
-    skipped = "skipped"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-
-TERMINAL: Final = frozenset(
-    {State.succeeded, State.dead, State.cancelled, State.discarded, State.skipped}
-)
-PENDING: Final = frozenset({State.scheduled, State.ready, State.retry_wait})
-
-
-class Origin(enum.StrEnum):
-    cron = "cron"  # materialised from a schedule
-    once = "once"  # a one-off job's runAt
-    api = "api"  # enqueued through the API
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    attempt: int
-    fencing_token: int
-    worker_id: str | None
-    leased_at: datetime
-    finished_at: datetime | None
-    outcome: str | None
-    error: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    shard: int
-    id: int
-    tenant: str
-    job: str
-    queue: str
-    priority: int
-    state: State
-    origin: Origin
-    attempt: int
-    max_attempts: int
-    due_at: datetime
-    ready_at: datetime
-    idempotency_key: str | None
-    payload_json: str | None
-    fencing_token: int | None
-    lease_owner: str | None
-    leased_at: datetime | None
-    lease_expires_at: datetime | None
-    deadline: datetime | None
-    cancel_requested: bool
-    last_error: Any
-    created_at: datetime
-    finished_at: datetime | None
-
-    @property
-    def run_id(self) -> str:
-        return shards.format_run_id(self.shard, self.id)
-
-    @property
-    def effective_idempotency_key(self) -> str:
-        """The key handlers use: the stored one, or ``tenant/name#runId`` without one."""
-        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
-
-    @property
-    def payload(self) -> Any:
-        return None if self.payload_json is None else orjson.loads(self.payload_json)
-
-    @classmethod
-    def from_record(cls, shard: int, row: asyncpg.Record) -> Run:
-        return cls(
-            shard=shard,
-            id=row["id"],
-            tenant=row["tenant"],
-            job=row["job"],
-            queue=row["queue"],
-            priority=row["priority"],
-            state=State(row["state"]),
-            origin=Origin(row["origin"]),
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
-            due_at=row["due_at"],
-            ready_at=row["ready_at"],
-            idempotency_key=row["idempotency_key"],
-            payload_json=row["payload"],
-            fencing_token=row["fencing_token"],
-            lease_owner=row["lease_owner"],
-            leased_at=row["leased_at"],
-            lease_expires_at=row["lease_expires_at"],
-            deadline=row["deadline"],
-            cancel_requested=row["cancel_requested"],
-            last_error=_json(row["last_error"]),
-            created_at=row["created_at"],
-            finished_at=row["finished_at"],
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class NewRun:
-    """What to insert. ``ready_at``/``due_at`` default to now (the database clock)."""
-
-    tenant: str
-    job: str
-    queue: str
-    priority: int
-    origin: Origin
-    max_attempts: int
-    retry_base: float
-    retry_max: float
-    timeout_seconds: int
-    due_at: datetime | None = None
-    ready_at: datetime | None = None
-    start_deadline: datetime | None = None
-    idempotency_key: str | None = None
-    payload_json: str | None = None
-    concurrency: int = 0  # the job's limit of leased runs; 0: none
-
-
-def _json(value: str | None) -> Any:
-    return None if value is None else orjson.loads(value)
 
 
 async def insert(
@@ -224,7 +99,7 @@ async def attempts(conn: Connection, run: Run) -> list[Attempt]:
             leased_at=row["leased_at"],
             finished_at=row["finished_at"],
             outcome=row["outcome"],
-            error=_json(row["error"]),
+            error=decode_json(row["error"]),
         )
         for row in rows
     ]
@@ -297,14 +172,6 @@ async def cancel_all_of_job(
     return len(rows) - requested, requested
 
 
-@dataclass(frozen=True, slots=True)
-class JobRunSummary:
-    active: int
-    dead: int
-    last_run: Run | None
-    next_scheduled: datetime | None = None
-
-
 async def summary_of_job(conn: Connection, shard: int, tenant: str, job: str) -> JobRunSummary:
     counts = await conn.fetchrow(JOB_RUN_COUNTS, tenant, job)
     assert counts is not None
@@ -341,20 +208,13 @@ async def audit(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    at: datetime
-    run_id: int | None
-    action: str
-    actor: str
-    detail: Any
-
-
 async def audit_of_job(
     conn: Connection, tenant: str, job: str, limit: int = 100
 ) -> list[AuditEntry]:
     rows = await conn.fetch(AUDIT_OF_JOB, tenant, job, limit)
     return [
-        AuditEntry(row["at"], row["run_id"], row["action"], row["actor"], _json(row["detail"]))
+        AuditEntry(
+            row["at"], row["run_id"], row["action"], row["actor"], decode_json(row["detail"])
+        )
         for row in rows
     ]

@@ -14,7 +14,7 @@ from typing import Final
 
 import asyncpg
 
-from tickwork.shards import ShardMap
+from tickwork.core.shards import ShardMap
 from tickwork.store import database
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from tickwork import errors
+from tickwork.core import errors
 
 MAX_BATCH: Final = 100
 """The most runs one lease, batch heartbeat or batch complete call may carry."""

@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from tickwork.cron import CronError, CronSchedule
+from tickwork.core.cron import CronError, CronSchedule
 
 MAX_PAYLOAD_BYTES: Final = 256 * 1024
 MAX_JITTER_SECONDS: Final = 3600

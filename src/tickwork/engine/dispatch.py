@@ -15,12 +15,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from tickwork import shards
-from tickwork.clock import Clock, DatabaseClock
-from tickwork.errors import NotFound, TickworkError
-from tickwork.store import leases
-from tickwork.store.database import Database
-from tickwork.store.leases import (
+from tickwork.core import shards
+from tickwork.core.clock import Clock, DatabaseClock
+from tickwork.core.errors import NotFound, TickworkError
+from tickwork.core.records import (
     UNRESTRICTED,
     Beat,
     Completed,
@@ -30,6 +28,8 @@ from tickwork.store.leases import (
     Outcome,
     Scope,
 )
+from tickwork.store import leases
+from tickwork.store.database import Database
 
 T = TypeVar("T")
 R = TypeVar("R")

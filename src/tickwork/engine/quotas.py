@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tickwork.errors import QuotaExceeded
+from tickwork.core.errors import QuotaExceeded
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
-from tickwork.spec import JobSpec, check_name, check_tenant
+from tickwork.core.spec import JobSpec, check_name, check_tenant
 
 API_GROUP: Final = "tickwork.dev"
 KIND: Final = "ScheduledJob"

@@ -16,14 +16,13 @@ from typing import Any
 
 import orjson
 
-from tickwork import shards
-from tickwork.clock import Clock, DatabaseClock
-from tickwork.errors import ConcurrencyLimit, InvalidRequest
-from tickwork.spec import JobSpec, Priority
+from tickwork.core import shards
+from tickwork.core.clock import Clock, DatabaseClock
+from tickwork.core.errors import ConcurrencyLimit, InvalidRequest
+from tickwork.core.records import Attempt, Definition, JobRunSummary, NewRun, Origin, Run, State
+from tickwork.core.spec import JobSpec, Priority
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
-from tickwork.store.definitions import Definition
-from tickwork.store.runs import Attempt, JobRunSummary, NewRun, Origin, Run, State
 
 NOW_SQL = "SELECT coalesce($1::timestamptz, now())"
 

@@ -9,7 +9,7 @@ import random
 
 from tickwork.worker import NonRetryableError, RunContext, Worker
 
-logger = logging.getLogger("tickwork.demo")
+logger = logging.getLogger("tickwork.cli.demo")
 
 
 async def say_hello(context: RunContext) -> None:

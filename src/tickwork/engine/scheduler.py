@@ -12,9 +12,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tickwork import materialiser
-from tickwork.clock import Clock, DatabaseClock
-from tickwork.metrics import Metrics
+from tickwork.core.clock import Clock, DatabaseClock
+from tickwork.engine import materialiser
+from tickwork.engine.metrics import Metrics
 from tickwork.store import leases, retention
 from tickwork.store.database import Connection, Database
 

@@ -21,12 +21,13 @@ from typing import Final
 
 import asyncpg
 
-from tickwork import hashing
-from tickwork.cron import CronSchedule
-from tickwork.spec import MissedRunPolicy
+from tickwork.core import hashing
+from tickwork.core.cron import CronSchedule
+from tickwork.core.records import Origin
+from tickwork.core.spec import MissedRunPolicy
 from tickwork.store import queries
 from tickwork.store.database import Connection
-from tickwork.store.runs import Origin, notify_ready
+from tickwork.store.runs import notify_ready
 
 LOCK_DUE_DEFINITIONS: Final = queries.get("lock_due_definitions")
 INSERT_PLANNED_RUNS: Final = queries.get("insert_planned_runs")

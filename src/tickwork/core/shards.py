@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from tickwork import hashing
-from tickwork.errors import NotFound
+from tickwork.core import hashing
+from tickwork.core.errors import NotFound
 
 DEFAULT_SHARD_COUNT: Final = 16
 # Canonical ids only (ASCII digits, no leading zeros): one run, one public id.

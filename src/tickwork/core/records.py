@@ -1,0 +1,291 @@
+"""The records tickwork passes between layers: runs, attempts, leases, completions,
+definitions, and the scope a caller may touch.
+
+The store builds them from rows; the engine and the adapters (API, operator, CLI)
+read them. They hold no behaviour beyond naming what a row means.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, TypeAlias
+
+import orjson
+
+from tickwork.core import shards
+from tickwork.core.spec import JobSpec
+
+# A database row: asyncpg's Record, or any mapping of column names to values.
+Row: TypeAlias = Mapping[str, Any]
+
+
+class State(enum.StrEnum):
+    scheduled = "scheduled"
+    ready = "ready"
+    leased = "leased"
+    retry_wait = "retry_wait"
+    succeeded = "succeeded"
+    dead = "dead"
+    cancelled = "cancelled"
+    discarded = "discarded"
+    skipped = "skipped"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL: Final = frozenset(
+    {State.succeeded, State.dead, State.cancelled, State.discarded, State.skipped}
+)
+
+
+PENDING: Final = frozenset({State.scheduled, State.ready, State.retry_wait})
+
+
+class Origin(enum.StrEnum):
+    cron = "cron"  # materialised from a schedule
+    once = "once"  # a one-off job's runAt
+    api = "api"  # enqueued through the API
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    attempt: int
+    fencing_token: int
+    worker_id: str | None
+    leased_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    error: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    shard: int
+    id: int
+    tenant: str
+    job: str
+    queue: str
+    priority: int
+    state: State
+    origin: Origin
+    attempt: int
+    max_attempts: int
+    due_at: datetime
+    ready_at: datetime
+    idempotency_key: str | None
+    payload_json: str | None
+    fencing_token: int | None
+    lease_owner: str | None
+    leased_at: datetime | None
+    lease_expires_at: datetime | None
+    deadline: datetime | None
+    cancel_requested: bool
+    last_error: Any
+    created_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def run_id(self) -> str:
+        return shards.format_run_id(self.shard, self.id)
+
+    @property
+    def effective_idempotency_key(self) -> str:
+        """The key handlers use: the stored one, or ``tenant/name#runId`` without one."""
+        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
+
+    @property
+    def payload(self) -> Any:
+        return None if self.payload_json is None else orjson.loads(self.payload_json)
+
+    @classmethod
+    def from_record(cls, shard: int, row: Row) -> Run:
+        return cls(
+            shard=shard,
+            id=row["id"],
+            tenant=row["tenant"],
+            job=row["job"],
+            queue=row["queue"],
+            priority=row["priority"],
+            state=State(row["state"]),
+            origin=Origin(row["origin"]),
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            due_at=row["due_at"],
+            ready_at=row["ready_at"],
+            idempotency_key=row["idempotency_key"],
+            payload_json=row["payload"],
+            fencing_token=row["fencing_token"],
+            lease_owner=row["lease_owner"],
+            leased_at=row["leased_at"],
+            lease_expires_at=row["lease_expires_at"],
+            deadline=row["deadline"],
+            cancel_requested=row["cancel_requested"],
+            last_error=decode_json(row["last_error"]),
+            created_at=row["created_at"],
+            finished_at=row["finished_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """What to insert. ``ready_at``/``due_at`` default to now (the database clock)."""
+
+    tenant: str
+    job: str
+    queue: str
+    priority: int
+    origin: Origin
+    max_attempts: int
+    retry_base: float
+    retry_max: float
+    timeout_seconds: int
+    due_at: datetime | None = None
+    ready_at: datetime | None = None
+    start_deadline: datetime | None = None
+    idempotency_key: str | None = None
+    payload_json: str | None = None
+    concurrency: int = 0  # the job's limit of leased runs; 0: none
+
+
+def decode_json(value: str | None) -> Any:
+    """A jsonb column as Python (asyncpg hands jsonb over as text)."""
+    return None if value is None else orjson.loads(value)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRunSummary:
+    active: int
+    dead: int
+    last_run: Run | None
+    next_scheduled: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    at: datetime
+    run_id: int | None
+    action: str
+    actor: str
+    detail: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a caller may touch: one tenant's runs (None: any) in some queues (None: any)."""
+
+    tenant: str | None = None
+    queues: tuple[str, ...] | None = None
+
+    def allows(self, tenant: str, queue: str) -> bool:
+        return (self.tenant is None or self.tenant == tenant) and (
+            self.queues is None or queue in self.queues
+        )
+
+    @property
+    def queue_list(self) -> list[str] | None:
+        return None if self.queues is None else list(self.queues)
+
+
+UNRESTRICTED: Final = Scope()
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A run handed to one worker until ``lease_expires_at``."""
+
+    shard: int
+    id: int
+    tenant: str
+    job: str
+    queue: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    idempotency_key: str | None
+    fencing_token: int
+    due_at: datetime
+    ready_at: datetime
+    leased_at: datetime
+    lease_expires_at: datetime
+    deadline: datetime
+    # Passed through as the JSON text the database holds: the worker path never parses it.
+    payload_json: str | None
+
+    @property
+    def run_id(self) -> str:
+        return shards.format_run_id(self.shard, self.id)
+
+    @property
+    def effective_idempotency_key(self) -> str:
+        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
+
+
+class Outcome(enum.StrEnum):
+    succeeded = "succeeded"
+    failed = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    id: int
+    fencing_token: int
+    outcome: Outcome
+    error: dict[str, Any] | None = None
+    retryable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The answer to a completion: the state it produced and when a retry may start."""
+
+    id: int
+    state: State
+    next_attempt_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    id: int
+    fencing_token: int
+    extend_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Extended:
+    id: int
+    lease_expires_at: datetime
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    shard: int
+    tenant: str
+    name: str
+    spec: JobSpec
+    paused: bool
+    next_due_at: datetime | None
+    missed_dropped: int
+    generation: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_record(cls, shard: int, row: Row) -> Definition:
+        return cls(
+            shard=shard,
+            tenant=row["tenant"],
+            name=row["name"],
+            spec=JobSpec.model_validate(orjson.loads(row["spec"])),
+            paused=row["paused"],
+            next_due_at=row["next_due_at"],
+            missed_dropped=row["missed_dropped"],
+            generation=row["generation"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
