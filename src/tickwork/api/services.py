@@ -29,6 +29,10 @@ class ApiSettings:
     # Enqueues per tenant per API process: a sustained rate and the burst above it.
     enqueue_rate: float = 1000.0
     enqueue_burst: float = 5000.0
+    # /readyz answers within this many seconds even when a shard's link hangs.
+    readiness_timeout_seconds: float = 1.0
+    # A request body must have arrived whole this many seconds after its headers.
+    body_timeout_seconds: float = 30.0
 
 
 @dataclass
