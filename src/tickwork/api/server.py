@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
+from tickwork.api import edge
+
 
 class _QuietServer(uvicorn.Server):
     """The caller owns signals: Ctrl-C stops every role, not just HTTP."""
@@ -19,7 +21,15 @@ class _QuietServer(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        limits: edge.EdgeLimits | None = None,
+    ) -> None:
+        limits = limits or edge.EdgeLimits()
+        self.limits = limits
         self._server = _QuietServer(
             uvicorn.Config(
                 app,
@@ -29,6 +39,14 @@ class HttpServer:
                 lifespan="on",
                 access_log=False,
                 timeout_graceful_shutdown=10,
+                # httptools, guarded: uvicorn alone bounds neither the time a request
+                # may take to arrive nor the size of its headers (see api/edge.py).
+                # The guard caps connections itself, at accept time, rather than with
+                # limit_concurrency, which answers only once headers have arrived.
+                http=edge.protocol(limits),
+                ws="none",  # no WebSocket routes: refuse upgrades rather than hand off
+                backlog=limits.backlog,
+                timeout_keep_alive=limits.keep_alive_seconds,
             )
         )
         self._task: asyncio.Task[None] | None = None
