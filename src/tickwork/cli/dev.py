@@ -21,7 +21,7 @@ from tickwork.engine import manifests
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
-from tickwork.store import migrate
+from tickwork.store import migrate, outages
 from tickwork.store.database import Database
 
 logger = logging.getLogger("tickwork.dev")
@@ -40,6 +40,8 @@ class ManifestSync:
         self.jobs = jobs
         self.folder = folder
         self.known: dict[tuple[str, str], manifests.ScheduledJob] = {}
+        # Test signal: set once the watch is looking at the folder.
+        self.watching = asyncio.Event()
 
     async def sync(self) -> None:
         found, errors = manifests.load_folder(self.folder)
@@ -69,11 +71,38 @@ class ManifestSync:
             )
         self.known = wanted
 
-    async def watch(self, stop: asyncio.Event) -> None:
+    async def watch(self, stop: asyncio.Event, retry_seconds: float = 2.0) -> None:
+        """Sync on every change until ``stop``. A sync cut short by a database outage
+        is tried again every ``retry_seconds`` until it goes through."""
         from watchfiles import awatch
 
-        async for _changes in awatch(self.folder, stop_event=stop, debounce=300):
+        pending = False
+        async for changes in awatch(
+            self.folder,
+            stop_event=stop,
+            debounce=300,
+            rust_timeout=max(1, round(retry_seconds * 1000)),
+            yield_on_timeout=True,
+        ):
+            self.watching.set()
+            if changes or pending:
+                pending = not await self._try_sync()
+
+    async def _try_sync(self) -> bool:
+        """One sync; False when the database was unavailable (worth another try)."""
+        try:
             await self.sync()
+        except Exception as error:
+            if not outages.is_outage(error):
+                logger.exception("manifest sync failed", extra={"action": "manifest-error"})
+                return True  # not an outage: wait for the next change of the files
+            logger.warning(
+                "manifest sync postponed, database unavailable: %s",
+                outages.describe(error),
+                extra={"action": "manifest-retry"},
+            )
+            return False
+        return True
 
     @property
     def queues(self) -> list[str]:
