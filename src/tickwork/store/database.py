@@ -13,6 +13,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from tickwork.core.shards import Shard, ShardMap
+from tickwork.store import outages
 
 # Store functions accept a plain connection or one checked out of a pool.
 Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
@@ -86,8 +87,19 @@ class Database:
         )
 
     async def close(self) -> None:
+        """Close every pool gracefully, or, when a shard does not answer within the
+        statement timeout (a hung link), drop its connections."""
         pools, self._pools = self._pools, []
-        await asyncio.gather(*(pool.close() for pool in pools))
+
+        async def close(pool: asyncpg.Pool) -> None:
+            try:
+                await asyncio.wait_for(pool.close(), self.settings.command_timeout)
+            except Exception as error:
+                if not outages.is_outage(error):
+                    raise
+                pool.terminate()
+
+        await asyncio.gather(*(close(pool) for pool in pools))
 
     async def __aenter__(self) -> Database:
         await self.open()
