@@ -231,7 +231,8 @@ class BodyDeadline:
             if whole:  # after the body only a disconnect comes: no deadline
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+                async with asyncio.timeout_at(deadline):  # no task per call, unlike wait_for
+                    message = await receive()
             except TimeoutError:
                 raise RequestTimeout(
                     f"request body not complete within {self.seconds:g}s"
