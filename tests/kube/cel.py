@@ -180,7 +180,7 @@ def evaluate(rule: Rule, value: Any, old: Any, has_old: bool) -> str | None:
     if rule.message_expression:
         try:
             message = _program(rule.message_expression).evaluate(activation)
-            if isinstance(message, celtypes.StringType) and str(message).strip():
+            if isinstance(message, str) and message.strip():
                 return str(message)
         except Exception:  # a failing messageExpression falls back, as on the server
             pass

@@ -293,6 +293,12 @@ class Emulator:
                     return current
                 await self._tick.wait()
 
+    async def wait_until(self, condition: Callable[[], bool], *, timeout: float = 5.0) -> None:
+        """Wait until ``condition()`` holds, re-checking after every stored change."""
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await self._tick.wait()
+
     def fail(self, verb: str | None = None, resource: str | None = None, **options: Any) -> Fault:
         """Answer the next matching call(s) with an error; nothing is written."""
         fault = Fault(verb=verb, resource=resource, **options)

@@ -138,7 +138,7 @@ GADGET_CRD: dict[str, Any] = {
 }
 
 
-def widget(name: str, size: int = 3, **spec: Any) -> dict[str, Any]:
+def widget(name: str, size: Any = 3, /, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/v1",
         "kind": "Widget",
