@@ -67,11 +67,8 @@ def _matches_rule(rule: dict[str, Any], attrs: Attributes) -> bool:
     ):
         return False
     scope = rule.get("scope", "*")
-    if (
-        (scope == "Cluster"
-        and attrs.rt.namespaced)
-        or (scope == "Namespaced"
-        and not attrs.rt.namespaced)
+    if (scope == "Cluster" and attrs.rt.namespaced) or (
+        scope == "Namespaced" and not attrs.rt.namespaced
     ):
         return False
     for entry in rule.get("resources") or []:
@@ -94,14 +91,16 @@ def matches(webhook: dict[str, Any], attrs: Attributes) -> bool:
     if attrs.rt.namespaced:
         if not namespace_selector.matches(attrs.namespace_labels or {}):
             return False
-    elif attrs.rt.plural == "namespaces" and not attrs.rt.group:
-        if not namespace_selector.matches(_labels(attrs.obj or attrs.old)):
-            return False
+    elif (
+        attrs.rt.plural == "namespaces"
+        and not attrs.rt.group
+        and not namespace_selector.matches(_labels(attrs.obj or attrs.old))
+    ):
+        return False
     object_selector = selectors.from_object(webhook.get("objectSelector"))
     if webhook.get("objectSelector"):
-        if not (object_selector.matches(_labels(attrs.obj)) if attrs.obj else False) and not (
-            object_selector.matches(_labels(attrs.old)) if attrs.old else False
-        ):
+        selected = [object_selector.matches(_labels(o)) for o in (attrs.obj, attrs.old) if o]
+        if not any(selected):
             return False
     return True
 
@@ -155,8 +154,8 @@ class Dispatcher:
         base = self.resolve(service.get("namespace", ""), service.get("name", ""))
         if base is None:
             raise WebhookFailure(
-                f'service "{service.get("name")}" in namespace "{service.get("namespace")}" has no endpoints'
-                " (map it with kube.services)"
+                f'service "{service.get("name")}" in namespace "{service.get("namespace")}" '
+                "has no endpoints (map it with kube.services)"
             )
         return base.rstrip("/") + (service.get("path") or "")
 
@@ -270,7 +269,8 @@ class Dispatcher:
             ) as answer:
                 if answer.status != 200:
                     raise WebhookFailure(
-                        f'failed to call webhook: Post "{url}": the server responded with {answer.status}'
+                        f'failed to call webhook: Post "{url}": '
+                        f"the server responded with {answer.status}"
                     )
                 data = await answer.json(content_type=None)
         except TimeoutError as error:

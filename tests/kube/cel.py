@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from typing import Any
 
@@ -41,8 +42,7 @@ def _split(s: celtypes.StringType, sep: celtypes.StringType) -> celtypes.ListTyp
 
 
 def _is_sorted(items: celtypes.ListType) -> celtypes.BoolType:
-    values = list(items)
-    return celtypes.BoolType(all(a <= b for a, b in zip(values, values[1:], strict=False)))
+    return celtypes.BoolType(all(a <= b for a, b in itertools.pairwise(items)))
 
 
 def _index_of(s: celtypes.StringType, sub: celtypes.StringType) -> celtypes.IntType:

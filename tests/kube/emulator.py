@@ -68,6 +68,23 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _MICRO_TIME_FIELDS = ("acquireTime", "renewTime")
+_NAMESPACE_MISMATCH = (
+    "the namespace of the provided object does not match the namespace sent on the request"
+)
+_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_VALUE_MESSAGE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+    "or '.', and must start and end with an alphanumeric character"
+)
 
 
 def _now_text(now: datetime.datetime) -> str:
@@ -283,7 +300,7 @@ class Emulator:
         predicate: Callable[[dict[str, Any] | None], bool],
         *,
         namespace: str | None = None,
-        timeout: float = 5.0,
+        timeout: float = 5.0,  # noqa: ASYNC109  (a test must never hang on a missed change)
     ) -> dict[str, Any] | None:
         """Wait until the stored object (None: absent) satisfies ``predicate``."""
         async with asyncio.timeout(timeout):
@@ -293,7 +310,12 @@ class Emulator:
                     return current
                 await self._tick.wait()
 
-    async def wait_until(self, condition: Callable[[], bool], *, timeout: float = 5.0) -> None:
+    async def wait_until(
+        self,
+        condition: Callable[[], bool],
+        *,
+        timeout: float = 5.0,  # noqa: ASYNC109  (a test must never hang on a missed change)
+    ) -> None:
         """Wait until ``condition()`` holds, re-checking after every stored change."""
         async with asyncio.timeout(timeout):
             while not condition():
@@ -473,10 +495,8 @@ class Emulator:
                 await asyncio.sleep(fault.delay)
                 return None
             if fault.hang:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closing.wait(), fault.seconds)
-                except TimeoutError:
-                    pass
                 answer = self._error(status.for_code(504))
             else:
                 answer = self._error(status.for_code(fault.code, fault.message, fault.reason))
@@ -606,8 +626,7 @@ class Emulator:
         name = rest[1] if len(rest) > 1 else ""
         subresource = rest[2] if len(rest) > 2 else ""
         if subresource and not (
-            (subresource == "status"
-            and rt.status_subresource)
+            (subresource == "status" and rt.status_subresource)
             or subresource in rt.extra_subresources
         ):
             raise not_found
@@ -660,13 +679,12 @@ class Emulator:
                 if not isinstance(body, dict):
                     raise status.bad_request("the body of the request must be a JSON object")
                 self._check_put_identity(target, body)
-                mutate: Callable[[dict[str, Any]], dict[str, Any]] = lambda current: copy.deepcopy(
-                    body
-                )
-            else:
-                mutate = lambda current: patches.apply(
-                    content_type, current, body, custom=rt.custom
-                )
+
+            def mutate(current: dict[str, Any]) -> dict[str, Any]:
+                if target.verb == "update":
+                    return copy.deepcopy(body)  # type: ignore[no-any-return]
+                return patches.apply(content_type, current, body, custom=rt.custom)
+
             updated, warnings = await self._update(
                 target, mutate, user, dry_run=dry_run, admit=True, put=target.verb == "update"
             )
@@ -925,7 +943,8 @@ class Emulator:
             )
         if api_version and api_version != rt.api_version:
             raise status.bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version})"
+                f"the API version in the data ({api_version}) does not match "
+                f"the expected API version ({rt.api_version})"
             )
         if kind and kind != rt.kind:
             raise status.bad_request(
@@ -936,12 +955,11 @@ class Emulator:
         meta = body.get("metadata") or {}
         if meta.get("name") and meta["name"] != target.name:
             raise status.bad_request(
-                f"the name of the object ({meta['name']}) does not match the name on the URL ({target.name})"
+                f"the name of the object ({meta['name']}) does not match "
+                f"the name on the URL ({target.name})"
             )
         if target.rt.namespaced and meta.get("namespace") and meta["namespace"] != target.namespace:
-            raise status.bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request"
-            )
+            raise status.bad_request(_NAMESPACE_MISMATCH)
 
     async def _create(
         self,
@@ -961,9 +979,7 @@ class Emulator:
             raise status.bad_request("metadata must be an object")
         if rt.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise status.bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request"
-                )
+                raise status.bad_request(_NAMESPACE_MISMATCH)
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
@@ -983,8 +999,8 @@ class Emulator:
             if ns["metadata"].get("deletionTimestamp"):
                 raise status.ApiError(
                     403,
-                    f'{rt.plural} "{name}" is forbidden: unable to create new content in namespace {namespace} '
-                    "because it is being terminated",
+                    f'{rt.plural} "{name}" is forbidden: unable to create new content '
+                    f"in namespace {namespace} because it is being terminated",
                     details={
                         "name": name,
                         "group": rt.group,
@@ -1031,9 +1047,7 @@ class Emulator:
                     status.invalid(
                         "metadata.name",
                         name,
-                        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                        "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-                        "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+                        _LABEL_MESSAGE,
                     )
                 )
         elif len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
@@ -1041,9 +1055,7 @@ class Emulator:
                 status.invalid(
                     "metadata.name",
                     name,
-                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                    _SUBDOMAIN_MESSAGE,
                 )
             )
         for key, value in (meta.get("labels") or {}).items():
@@ -1052,8 +1064,7 @@ class Emulator:
                     status.invalid(
                         "metadata.labels",
                         value,
-                        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-                        "and must start and end with an alphanumeric character",
+                        _LABEL_VALUE_MESSAGE,
                     )
                 )
             prefix, _, short = key.rpartition("/")
@@ -1217,7 +1228,8 @@ class Emulator:
                 raise status.conflict(rt.group_resource, target.name, rt.group, rt.plural)
             if meta.get("name", target.name) != target.name:
                 raise status.bad_request(
-                    f"the name of the object ({meta.get('name')}) does not match the name on the URL ({target.name})"
+                    f"the name of the object ({meta.get('name')}) does not match "
+                    f"the name on the URL ({target.name})"
                 )
             new = self._merge_update(rt, current, candidate, target.subresource)
             errors = self._meta_errors(rt, new["metadata"])
@@ -1232,7 +1244,8 @@ class Emulator:
                     errors.append(
                         status.forbidden(
                             "metadata.finalizers",
-                            f"no new finalizers can be added if the object is being deleted, found new finalizers {added!r}",
+                            "no new finalizers can be added if the object is being deleted, "
+                            f"found new finalizers {added!r}",
                         )
                     )
             if errors:

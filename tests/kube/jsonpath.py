@@ -14,7 +14,8 @@ _TOKEN = re.compile(
       | \[\s*(?P<index>-?\d+)\s*\]
       | \[\s*(?P<star>\*)\s*\]
       | \.(?P<dotstar>\*)
-      | \[\s*\?\(\s*@(?P<fpath>(?:\.[A-Za-z0-9_-]+)+)\s*(?P<fop>==|!=)\s*(?P<fvalue>"[^"]*"|'[^']*'|[^)\s]+)\s*\)\s*\]
+      | \[\s*\?\(\s*@(?P<fpath>(?:\.[A-Za-z0-9_-]+)+)\s*(?P<fop>==|!=)\s*
+        (?P<fvalue>"[^"]*"|'[^']*'|[^)\s]+)\s*\)\s*\]
     """,
     re.VERBOSE,
 )

@@ -63,7 +63,7 @@ async def running(
     namespaces: Collection[str] = ("default",),
     clusterwide: bool = False,
     memo: object | None = None,
-    timeout: float = 10.0,
+    timeout: float = 10.0,  # noqa: ASYNC109  (bounds both start-up and shutdown)
 ) -> AsyncIterator[None]:
     """Run the operator of ``registry`` until the block ends, then stop it cleanly."""
     stop = asyncio.Event()

@@ -65,5 +65,6 @@ def apply(content_type: str, target: dict[str, Any], body: Any, *, custom: bool)
         accepted += ", application/strategic-merge-patch+json"
     raise status.ApiError(
         415,
-        f"the body of the request was in an unknown format - accepted media types include: {accepted}",
+        "the body of the request was in an unknown format - "
+        f"accepted media types include: {accepted}",
     )

@@ -121,7 +121,8 @@ _TYPES = {
     "string": lambda v: isinstance(v, str),
     "boolean": lambda v: isinstance(v, bool),
     "integer": lambda v: (
-        (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and v.is_integer())
     ),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
 }
@@ -181,21 +182,19 @@ def _validate(
                 status.type_invalid(
                     path,
                     json_type(value),
-                    f"{shown} in body must be of type int-or-string: {status.show(json_type(value))}",
+                    f"{shown} in body must be of type int-or-string: "
+                    f"{status.show(json_type(value))}",
                 )
             )
             return
-    elif expected:
-        if not _TYPES[expected](value):
-            actual = json_type(value)
-            errors.append(
-                status.type_invalid(
-                    path,
-                    actual,
-                    f"{shown} in body must be of type {expected}: {status.show(actual)}",
-                )
+    elif expected and not _TYPES[expected](value):
+        actual = json_type(value)
+        errors.append(
+            status.type_invalid(
+                path, actual, f"{shown} in body must be of type {expected}: {status.show(actual)}"
             )
-            return
+        )
+        return
     before = len(errors)
     if "enum" in schema and value not in schema["enum"]:
         errors.append(status.not_supported(path, value, schema["enum"]))

@@ -158,7 +158,8 @@ def conflict(
 ) -> ApiError:
     why = (
         why
-        or "the object has been modified; please apply your changes to the latest version and try again"
+        or "the object has been modified; "
+        "please apply your changes to the latest version and try again"
     )
     return ApiError(
         409,

@@ -32,10 +32,10 @@ async def call(
 
 
 async def read_events(
-    response: aiohttp.ClientResponse, count: int, timeout: float = 3.0
+    response: aiohttp.ClientResponse, count: int, within: float = 3.0
 ) -> list[dict[str, Any]]:
     events = []
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(within):
         while len(events) < count:
             line = await response.content.readline()
             if not line:
@@ -330,7 +330,7 @@ async def test_delete_waits_for_finalizers(
             MERGE,
         )
         assert (code, refused["details"]["causes"][0]["field"]) == (422, "metadata.finalizers")
-        code, last = await call(
+        code, _ = await call(
             http, "PATCH", f"{samples.WIDGETS}/a", {"metadata": {"finalizers": None}}, MERGE
         )
         assert code == 200

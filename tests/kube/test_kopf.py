@@ -42,7 +42,9 @@ async def test_kopf_creates_once_finalizes_and_patches_status(widgets: emulator.
 
     await widgets.create(samples.widget("early"))  # there before the operator starts
     async with operators.running(registry):
-        early = await widgets.wait_for("wd", "early", lambda o: _phase(o) == "Ready", namespace="default")
+        early = await widgets.wait_for(
+            "wd", "early", lambda o: _phase(o) == "Ready", namespace="default"
+        )
         assert early is not None
         assert early["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
         assert "annotations" not in early["metadata"]  # bookkeeping lives in status
@@ -57,8 +59,14 @@ async def test_kopf_creates_once_finalizes_and_patches_status(widgets: emulator.
     assert created == ["early", "late"]
     assert updated == [6]
     assert deleted == ["late"]
-    (event,) = [e for e in widgets.objects("events", "default") if e["involvedObject"]["name"] == "early"]
-    assert (event["reason"], event["message"], event["type"]) == ("Scheduled", "early stored", "Normal")
+    (event,) = [
+        e for e in widgets.objects("events", "default") if e["involvedObject"]["name"] == "early"
+    ]
+    assert (event["reason"], event["message"], event["type"]) == (
+        "Scheduled",
+        "early stored",
+        "Normal",
+    )
     assert event["involvedObject"]["uid"] == early["metadata"]["uid"]
     # Kopf's finalizer patches are JSON patches guarded by a resourceVersion test.
     assert widgets.count("patch", "widgets") > 0 and widgets.count("patch", "widgets/status") > 0
@@ -68,3 +76,42 @@ async def test_kopf_creates_once_finalizes_and_patches_status(widgets: emulator.
         await widgets.create(samples.widget("third"))
         await widgets.wait_for("wd", "third", lambda o: _phase(o) == "Ready", namespace="default")
     assert created == ["early", "late", "third"]
+
+
+async def test_kopf_managed_admission_is_called_by_the_emulator(widgets: emulator.Emulator) -> None:
+    registry = kopf.OperatorRegistry()
+    operators.connect(registry, widgets)
+    settings = operators.quick_settings()
+    settings.admission.server = kopf.WebhookServer(
+        addr="127.0.0.1", port=None, host="127.0.0.1", insecure=True
+    )
+    settings.admission.managed = "widgets.example.dev"
+
+    @kopf.on.validate(
+        samples.GROUP, "v1", "widgets", registry=registry, operations=["CREATE", "UPDATE"]
+    )
+    def check_name(spec: kopf.Spec, **_: Any) -> None:
+        if spec.get("name") == "taken":
+            raise kopf.AdmissionError("spec.name: this name is taken", code=422)
+
+    async with operators.running(registry, settings=settings):
+        configuration = await widgets.wait_for(
+            "validatingwebhookconfigurations",
+            "widgets.example.dev",
+            lambda o: bool(o and o.get("webhooks")),
+        )
+        assert configuration is not None
+        assert configuration["webhooks"][0]["clientConfig"]["url"].startswith("http://127.0.0.1:")
+        assert (await widgets.create(samples.widget("fine"), admit=True))["metadata"][
+            "name"
+        ] == "fine"
+        try:
+            await widgets.create(samples.widget("bad", name="taken"), admit=True)
+        except Exception as error:  # the emulator's Status error, as the API server answers it
+            refused = error
+        else:
+            raise AssertionError("the webhook let a forbidden name in")
+    assert getattr(refused, "code", None) == 422
+    assert "spec.name: this name is taken" in str(refused)
+    assert widgets.get("wd", "bad", "default") is None
+    assert [c.outcome for c in widgets.admission.calls] == ["allowed", "denied"]

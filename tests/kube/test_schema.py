@@ -27,23 +27,25 @@ async def test_types_required_enums_bounds_and_patterns(
         'Invalid value: "string": spec.size in body must be of type integer: "string"'
     )
     assert found["spec.color"] == 'Unsupported value: "green": supported values: "red", "blue"'
-    assert found["spec.name"] == "Invalid value: \"UPPER\": spec.name in body should match '^[a-z]+$'"
+    assert (
+        found["spec.name"] == "Invalid value: \"UPPER\": spec.name in body should match '^[a-z]+$'"
+    )
     assert found["spec.tags"] == "Too many: 4: must have at most 3 items"
     assert body["message"].startswith('Widget.example.dev "a" is invalid: [')
 
-    code, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", 11))
+    _, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", 11))
     assert causes(body) == {
         "spec.size": "Invalid value: 11: spec.size in body should be less than or equal to 10"
     }
-    code, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", name="muchtoolong"))
+    _, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", name="muchtoolong"))
     assert causes(body) == {"spec.name": "Too long: may not be more than 8 bytes"}
     no_size = samples.widget("a")
     del no_size["spec"]["size"]
-    code, body = await call(http, "POST", samples.WIDGETS, no_size)
+    _, body = await call(http, "POST", samples.WIDGETS, no_size)
     assert causes(body) == {"spec.size": "Required value"}
-    code, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", runAt="tomorrow"))
+    _, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", runAt="tomorrow"))
     assert "spec.runAt" in causes(body)
-    code, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", tags=["x", "x"]))
+    _, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", tags=["x", "x"]))
     assert causes(body) == {"spec.tags[1]": 'Duplicate value: "x"'}
     assert widgets.objects("widgets") == []
 
@@ -71,18 +73,26 @@ async def test_defaults_applied_and_unknown_fields_pruned(
         MERGE,
     )
     # status preserves unknown fields here, as the operator's bookkeeping needs.
-    assert status["status"] == {"phase": "Ok", "kopf": {"progress": {"h": {"retries": 1}}}, "free": 1}
+    assert status["status"] == {
+        "phase": "Ok",
+        "kopf": {"progress": {"h": {"retries": 1}}},
+        "free": 1,
+    }
 
 
 async def test_cel_rules_with_has_size_messages_and_field_paths(
     widgets: emulator.Emulator, http: aiohttp.ClientSession
 ) -> None:
     both = samples.widget("a", schedule={"cron": "* * * * *"}, runAt="2030-01-01T00:00:00Z")
-    code, body = await call(http, "POST", samples.WIDGETS, both)
+    _, body = await call(http, "POST", samples.WIDGETS, both)
     assert causes(body) == {"spec": 'Invalid value: "object": schedule and runAt are exclusive'}
-    code, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", 1, tags=["a", "b", "c"]))
+    _, body = await call(
+        http, "POST", samples.WIDGETS, samples.widget("a", 1, tags=["a", "b", "c"])
+    )
     assert causes(body) == {"spec.tags": 'Invalid value: "object": size 1 is too small for 3 tags'}
-    code, body = await call(http, "POST", samples.WIDGETS, samples.widget("a", limits={"low": 9, "high": 2}))
+    _, body = await call(
+        http, "POST", samples.WIDGETS, samples.widget("a", limits={"low": 9, "high": 2})
+    )
     assert causes(body) == {"spec.limits": 'Invalid value: "object": low must not exceed high'}
     ok = samples.widget("a", 3, tags=["a", "b", "c"], schedule={"cron": "* * * * *"})
     assert (await call(http, "POST", samples.WIDGETS, ok))[0] == 201
@@ -91,10 +101,16 @@ async def test_cel_rules_with_has_size_messages_and_field_paths(
 async def test_transition_rules_see_old_self_on_update_only(
     widgets: emulator.Emulator, http: aiohttp.ClientSession
 ) -> None:
-    assert (await call(http, "POST", samples.WIDGETS, samples.widget("a", immutable="one")))[0] == 201
-    code, body = await call(http, "PATCH", f"{samples.WIDGETS}/a", {"spec": {"immutable": "two"}}, MERGE)
+    assert (await call(http, "POST", samples.WIDGETS, samples.widget("a", immutable="one")))[
+        0
+    ] == 201
+    _, body = await call(
+        http, "PATCH", f"{samples.WIDGETS}/a", {"spec": {"immutable": "two"}}, MERGE
+    )
     assert causes(body) == {"spec.immutable": 'Invalid value: "string": immutable is immutable'}
-    assert (await call(http, "PATCH", f"{samples.WIDGETS}/a", {"spec": {"size": 4}}, MERGE))[0] == 200
+    assert (await call(http, "PATCH", f"{samples.WIDGETS}/a", {"spec": {"size": 4}}, MERGE))[
+        0
+    ] == 200
     assert widgets.get("widgets", "a", "default")["spec"]["immutable"] == "one"
 
 
@@ -104,9 +120,11 @@ async def test_validation_also_guards_put_and_status_writes(
     _, created = await call(http, "POST", samples.WIDGETS, samples.widget("a"))
     replaced = copy.deepcopy(created)
     replaced["spec"]["size"] = 0
-    code, body = await call(http, "PUT", f"{samples.WIDGETS}/a", replaced)
+    _, body = await call(http, "PUT", f"{samples.WIDGETS}/a", replaced)
     assert "spec.size" in causes(body)
-    code, body = await call(http, "PATCH", f"{samples.WIDGETS}/a/status", {"status": {"phase": 5}}, MERGE)
+    _, body = await call(
+        http, "PATCH", f"{samples.WIDGETS}/a/status", {"status": {"phase": 5}}, MERGE
+    )
     assert "status.phase" in causes(body)
 
 
