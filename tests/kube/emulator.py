@@ -679,6 +679,20 @@ class Emulator:
                 if not isinstance(body, dict):
                     raise status.bad_request("the body of the request must be a JSON object")
                 self._check_put_identity(target, body)
+                missing = (target.namespace, target.name) not in self._store[rt.store_key]
+                if missing and rt.create_on_update and not target.subresource:
+                    if (body.get("metadata") or {}).get("resourceVersion"):
+                        raise status.conflict(rt.group_resource, target.name, rt.group, rt.plural)
+                    body = {
+                        **body,
+                        "metadata": {**(body.get("metadata") or {}), "name": target.name},
+                    }
+                    created, warnings = await self._create(
+                        rt, target.namespace, body, user, dry_run=dry_run, admit=True
+                    )
+                    return web.json_response(
+                        created, status=201, headers=_warning_headers(warnings)
+                    )
 
             def mutate(current: dict[str, Any]) -> dict[str, Any]:
                 if target.verb == "update":
@@ -1224,6 +1238,15 @@ class Emulator:
             if not isinstance(meta, dict):
                 candidate["metadata"] = meta = {}
             wanted_rv = meta.get("resourceVersion")
+            if put and not wanted_rv and not rt.unconditional_update:
+                # Leases and custom resources refuse blind replaces: the API server's
+                # AllowUnconditionalUpdate is false for them.
+                field = status.invalid(
+                    "metadata.resourceVersion", 0, "must be specified for an update"
+                )
+                raise status.invalid_object(
+                    rt.group_resource, target.name, rt.group, rt.plural, [field]
+                )
             if wanted_rv not in (None, "") and str(wanted_rv) != based_on:
                 raise status.conflict(rt.group_resource, target.name, rt.group, rt.plural)
             if meta.get("name", target.name) != target.name:

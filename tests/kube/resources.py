@@ -34,6 +34,8 @@ class ResourceType:
     extra_subresources: tuple[str, ...] = ()
     custom: bool = False
     generation: bool = True
+    unconditional_update: bool = True  # may a PUT omit metadata.resourceVersion?
+    create_on_update: bool = False  # does a PUT of a missing object create it?
     openapi: dict[str, Any] | None = None  # the version's openAPIV3Schema (custom resources)
     printer_columns: tuple[dict[str, Any], ...] = ()
     selectable_fields: tuple[str, ...] = ()  # field selectors beyond metadata.name/namespace
@@ -214,6 +216,8 @@ BUILT_IN: tuple[ResourceType, ...] = (
         "Lease",
         True,
         "lease",
+        unconditional_update=False,
+        create_on_update=True,
         generation=False,
         printer_columns=(
             {"name": "Holder", "type": "string", "jsonPath": ".spec.holderIdentity"},
@@ -230,6 +234,7 @@ BUILT_IN: tuple[ResourceType, ...] = (
         ("crd", "crds"),
         ("api-extensions",),
         status_subresource=True,
+        unconditional_update=False,
         printer_columns=(
             {"name": "Created At", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ),
@@ -323,6 +328,7 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 categories=tuple(names.get("categories") or ()),
                 status_subresource="status" in subresources,
                 custom=True,
+                unconditional_update=False,
                 openapi=((version.get("schema") or {}).get("openAPIV3Schema")),
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
                 selectable_fields=tuple(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from typing import Any
 
@@ -180,8 +181,21 @@ async def test_put_replaces_and_refuses_a_stale_resource_version(
     assert (code, body["reason"]) == (409, "Conflict")
     assert "the object has been modified" in body["message"]
     assert widgets.get("widgets", "a", "default")["spec"]["size"] == 4
-    unconditional = {**samples.widget("a"), "spec": {"size": 6}}
-    assert (await call(http, "PUT", f"{samples.WIDGETS}/a", unconditional))[0] == 200
+    blind = {**samples.widget("a"), "spec": {"size": 6}}  # no resourceVersion
+    code, body = await call(http, "PUT", f"{samples.WIDGETS}/a", blind)
+    assert (code, body["details"]["causes"][0]["field"]) == (422, "metadata.resourceVersion")
+    assert body["message"] == (
+        'widgets.example.dev "a" is invalid: metadata.resourceVersion: Invalid value: 0: '
+        "must be specified for an update"
+    )
+    secret = {"metadata": {"name": "s"}, "data": {}}
+    await call(http, "POST", "/api/v1/namespaces/default/secrets", secret)
+    assert (await call(http, "PUT", "/api/v1/namespaces/default/secrets/s", secret))[0] == 200
+    # Leases may be created by a PUT (AllowCreateOnUpdate), unless it names a version.
+    assert (await call(http, "PUT", f"{samples.LEASES}/new", samples.lease("new")))[0] == 201
+    stale = samples.lease("other")
+    stale["metadata"]["resourceVersion"] = "5"
+    assert (await call(http, "PUT", f"{samples.LEASES}/other", stale))[0] == 409
     assert (await call(http, "PUT", f"{samples.WIDGETS}/b", samples.widget("b")))[0] == 404
     assert (await call(http, "PUT", f"{samples.WIDGETS}/a", samples.widget("other")))[0] == 400
 
@@ -793,3 +807,29 @@ async def test_wait_for_sees_changes(
     await asyncio.sleep(0)
     await call(http, "POST", samples.WIDGETS, samples.widget("a"))
     assert (await waiter)["metadata"]["name"] == "a"
+
+
+async def test_a_crd_with_two_versions_serves_one_object_at_both(
+    kube: emulator.Emulator, http: aiohttp.ClientSession
+) -> None:
+    crd = copy.deepcopy(samples.GADGET_CRD)
+    alpha = {**copy.deepcopy(crd["spec"]["versions"][0]), "name": "v1alpha1", "storage": False}
+    crd["spec"]["versions"].append(alpha)
+    assert (await call(http, "POST", samples.CRDS, crd))[0] == 201
+    _, group = await call(http, "GET", "/apis/example.dev")
+    assert group["preferredVersion"]["version"] == "v1"
+    assert [v["version"] for v in group["versions"]] == ["v1", "v1alpha1"]
+    gadget = {"apiVersion": "example.dev/v1alpha1", "kind": "Gadget", "metadata": {"name": "g"}}
+    assert (await call(http, "POST", samples.GADGETS.replace("/v1/", "/v1alpha1/"), gadget))[
+        0
+    ] == 201
+    _, body = await call(http, "GET", f"{samples.GADGETS}/g")
+    assert body["apiVersion"] == "example.dev/v1"
+    crd = kube.get("crd", "gadgets.example.dev")
+    crd["spec"]["versions"][1]["served"] = False
+    code, _ = await call(http, "PUT", f"{samples.CRDS}/gadgets.example.dev", crd)
+    assert code == 200
+    assert (await call(http, "GET", "/apis/example.dev/v1alpha1/namespaces/default/gadgets"))[
+        0
+    ] == 404
+    assert (await call(http, "GET", f"{samples.GADGETS}/g"))[0] == 200

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import kopf
+import pytest
 
 from kube import emulator, operators, samples
 
@@ -19,7 +20,13 @@ def _handled_size(obj: dict[str, Any] | None) -> int | None:
     return json.loads(stored)["spec"]["size"] if stored else None
 
 
-async def test_kopf_creates_once_finalizes_and_patches_status(widgets: emulator.Emulator) -> None:
+@pytest.mark.parametrize("clusterwide", [False, True], ids=["namespaced", "clusterwide-scanning"])
+async def test_kopf_creates_once_finalizes_and_patches_status(
+    widgets: emulator.Emulator, clusterwide: bool
+) -> None:
+    # Cluster-wide, Kopf also scans and watches CRDs and namespaces.
+    settings = operators.quick_settings()
+    settings.scanning.disabled = not clusterwide
     registry = kopf.OperatorRegistry()
     operators.connect(registry, widgets)
     created: list[str] = []
@@ -41,7 +48,7 @@ async def test_kopf_creates_once_finalizes_and_patches_status(widgets: emulator.
         deleted.append(name)
 
     await widgets.create(samples.widget("early"))  # there before the operator starts
-    async with operators.running(registry):
+    async with operators.running(registry, settings=settings, clusterwide=clusterwide):
         early = await widgets.wait_for(
             "wd", "early", lambda o: _phase(o) == "Ready", namespace="default"
         )
@@ -72,10 +79,12 @@ async def test_kopf_creates_once_finalizes_and_patches_status(widgets: emulator.
     assert widgets.count("patch", "widgets") > 0 and widgets.count("patch", "widgets/status") > 0
 
     # A restarted operator finds its bookkeeping in status: nothing is created twice.
-    async with operators.running(registry):
+    async with operators.running(registry, settings=settings, clusterwide=clusterwide):
         await widgets.create(samples.widget("third"))
         await widgets.wait_for("wd", "third", lambda o: _phase(o) == "Ready", namespace="default")
     assert created == ["early", "late", "third"]
+    assert (widgets.count("watch", "customresourcedefinitions") > 0) == clusterwide
+    assert widgets.count("watch", "widgets", namespace="" if clusterwide else "default") == 2
 
 
 async def test_kopf_managed_admission_is_called_by_the_emulator(widgets: emulator.Emulator) -> None:
