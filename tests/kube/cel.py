@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import itertools
 import re
 from typing import Any
@@ -62,6 +63,7 @@ FUNCTIONS: dict[str, Any] = {
 
 @functools.cache
 def _environment() -> celpy.Environment:
+    # Not celpy.CompiledRunner: faster, but it mis-evaluates `has()` inside && and ||.
     return celpy.Environment()
 
 
@@ -162,8 +164,24 @@ def to_cel(value: Any) -> Any:
     return celpy.json_to_cel(value)
 
 
-def evaluate(rule: Rule, value: Any, old: Any, has_old: bool) -> str | None:
+def evaluate(rule: Rule, value: Any, old: Any) -> str | None:
     """None when the rule holds, else the message to report."""
+    # cel-python walks the parse tree (milliseconds a rule); rules are pure functions of
+    # their inputs, and tests apply thousands of near-identical objects: remember answers.
+    try:
+        key = json.dumps([value, old if rule.is_transition else None], sort_keys=True)
+    except (TypeError, ValueError):
+        return _evaluate(rule, value, old)
+    return _remembered(rule, key)
+
+
+@functools.lru_cache(maxsize=8192)
+def _remembered(rule: Rule, key: str) -> str | None:
+    value, old = json.loads(key)
+    return _evaluate(rule, value, old)
+
+
+def _evaluate(rule: Rule, value: Any, old: Any) -> str | None:
     activation: dict[str, Any] = {"self": to_cel(value)}
     if rule.is_transition:
         activation["oldSelf"] = to_cel(old)

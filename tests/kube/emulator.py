@@ -27,7 +27,6 @@ import asyncio
 import base64
 import collections
 import contextlib
-import copy
 import dataclasses
 import datetime
 import json
@@ -40,6 +39,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from aiohttp import web
 
@@ -85,6 +85,11 @@ _LABEL_VALUE_MESSAGE = (
     "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
     "or '.', and must start and end with an alphanumeric character"
 )
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON data (an order of magnitude faster than ``copy.deepcopy``)."""
+    return orjson.loads(orjson.dumps(value))
 
 
 def _now_text(now: datetime.datetime) -> str:
@@ -255,7 +260,7 @@ class Emulator:
         rt = self._resource_for(obj)
         namespace = (obj.get("metadata") or {}).get("namespace", "default") if rt.namespaced else ""
         created, _ = await self._create(
-            rt, namespace, copy.deepcopy(obj), reviews.ADMIN, dry_run=False, admit=admit
+            rt, namespace, _copy(obj), reviews.ADMIN, dry_run=False, admit=admit
         )
         return created
 
@@ -405,7 +410,7 @@ class Emulator:
         else:
             self._store[key][object_key] = obj
         change = Change(
-            self._rv, key, kind, copy.deepcopy(obj), copy.deepcopy(old) if old else None
+            self._rv, key, kind, _copy(obj), _copy(old) if old else None
         )
         if len(self._log) == self._log.maxlen and self._log:
             self._compacted = self._log[0].rv
@@ -418,7 +423,7 @@ class Emulator:
         return obj
 
     def _view(self, rt: ResourceType, stored: dict[str, Any]) -> dict[str, Any]:
-        obj = rt.from_storage(copy.deepcopy(stored))
+        obj = rt.from_storage(_copy(stored))
         obj["apiVersion"] = rt.api_version
         obj["kind"] = rt.kind
         if rt.custom and rt.openapi:
@@ -696,7 +701,7 @@ class Emulator:
 
             def mutate(current: dict[str, Any]) -> dict[str, Any]:
                 if target.verb == "update":
-                    return copy.deepcopy(body)  # type: ignore[no-any-return]
+                    return _copy(body)  # type: ignore[no-any-return]
                 return patches.apply(content_type, current, body, custom=rt.custom)
 
             updated, warnings = await self._update(
@@ -986,7 +991,7 @@ class Emulator:
         admit: bool,
     ) -> tuple[dict[str, Any], list[str]]:
         self._check_body_type(rt, body)
-        body = copy.deepcopy(body)
+        body = _copy(body)
         body["apiVersion"], body["kind"] = rt.api_version, rt.kind
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -1042,7 +1047,7 @@ class Emulator:
             )
             if (namespace if rt.namespaced else "", name) in self._store[rt.store_key]:
                 raise status.already_exists(rt.group_resource, name, rt.group, rt.plural)
-        stored = rt.to_storage(copy.deepcopy(body))
+        stored = rt.to_storage(_copy(body))
         if dry_run:
             stored["metadata"]["resourceVersion"] = ""
             return self._view(rt, stored), warnings
@@ -1228,7 +1233,7 @@ class Emulator:
                 raise status.not_found(rt.group_resource, target.name, rt.group, rt.plural)
             current = self._view(rt, stored)
             based_on = stored["metadata"]["resourceVersion"]
-            candidate = mutate(copy.deepcopy(current))
+            candidate = mutate(_copy(current))
             if not isinstance(candidate, dict):
                 raise status.bad_request("the patched object must be a JSON object")
             self._check_body_type(
@@ -1301,8 +1306,8 @@ class Emulator:
                 continue
             if dry_run:
                 return new, warnings
-            stored_new = rt.to_storage(copy.deepcopy(new))
-            old_stored = rt.to_storage(copy.deepcopy(current))
+            stored_new = rt.to_storage(_copy(new))
+            old_stored = rt.to_storage(_copy(current))
             meta_new = stored_new["metadata"]
             if (
                 meta_new.get("deletionTimestamp")
@@ -1324,7 +1329,7 @@ class Emulator:
     ) -> dict[str, Any]:
         """The object to store: read-only metadata kept, status split by subresource."""
         if subresource in ("status", "finalize"):
-            new = copy.deepcopy(current)
+            new = _copy(current)
             if subresource == "finalize":
                 new["spec"] = candidate.get("spec") or {}
             elif "status" in candidate:
@@ -1332,7 +1337,7 @@ class Emulator:
             else:
                 new.pop("status", None)
             return new
-        new = copy.deepcopy(candidate)
+        new = _copy(candidate)
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         meta = new["metadata"]
         old_meta = current["metadata"]
@@ -1404,7 +1409,7 @@ class Emulator:
             return current, 200
         if meta.get("finalizers") or _waits_for_content(rt, stored):
             if not meta.get("deletionTimestamp"):
-                new = copy.deepcopy(stored)
+                new = _copy(stored)
                 new["metadata"]["deletionTimestamp"] = _now_text(self.clock())
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
                 if rt.plural == "namespaces" and not rt.group:
@@ -1415,7 +1420,7 @@ class Emulator:
                 self._after_write(rt, new, stored)
                 stored = self._store[rt.store_key].get(key, new)
             return self._view(rt, stored), 200
-        gone = copy.deepcopy(stored)
+        gone = _copy(stored)
         self._commit(rt.store_key, "DELETED", gone, stored)
         self._after_delete(rt, gone)
         if rt.custom:
@@ -1522,12 +1527,12 @@ class Emulator:
         meta = stored["metadata"]
         if meta.get("finalizers"):
             if not meta.get("deletionTimestamp"):
-                new = copy.deepcopy(stored)
+                new = _copy(stored)
                 new["metadata"]["deletionTimestamp"] = _now_text(self.clock())
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
                 self._commit(key, "MODIFIED", new, stored)
         else:
-            self._commit(key, "DELETED", copy.deepcopy(stored), stored)
+            self._commit(key, "DELETED", _copy(stored), stored)
 
     def _finish_namespace(self, namespace: str) -> None:
         ns = self._namespace(namespace)
@@ -1536,7 +1541,7 @@ class Emulator:
         if any(ns_key == namespace for objects in self._store.values() for (ns_key, _) in objects):
             return
         if not ns["metadata"].get("finalizers"):
-            self._commit(("", "namespaces"), "DELETED", copy.deepcopy(ns), ns)
+            self._commit(("", "namespaces"), "DELETED", _copy(ns), ns)
 
     def _finish_crd(self, crd: dict[str, Any]) -> None:
         key = (crd["spec"]["group"], crd["spec"]["names"]["plural"])
@@ -1550,7 +1555,7 @@ class Emulator:
             self._commit(
                 ("apiextensions.k8s.io", "customresourcedefinitions"),
                 "DELETED",
-                copy.deepcopy(crd),
+                _copy(crd),
                 crd,
             )
             self._unserve_crd(crd)
@@ -1633,7 +1638,7 @@ def _established(crd: dict[str, Any], now: str) -> dict[str, Any]:
 
 
 def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    result = copy.deepcopy(obj)
+    result = _copy(obj)
     result.get("metadata", {}).pop("resourceVersion", None)
     result.get("metadata", {}).pop("managedFields", None)
     return result

@@ -385,7 +385,7 @@ def _validate_rules(
         rule = cel.Rule.from_schema(item)
         if rule.is_transition and old is MISSING and not rule.optional_old_self:
             continue  # transition rules only judge updates of a value that existed
-        message = cel.evaluate(rule, value, None if old is MISSING else old, old is not MISSING)
+        message = cel.evaluate(rule, value, None if old is MISSING else old)
         if message is None:
             continue
         field = path
