@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import itertools
+import json
 import re
 from typing import Any
 

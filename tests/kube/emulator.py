@@ -409,9 +409,7 @@ class Emulator:
             self._store[key].pop(object_key, None)
         else:
             self._store[key][object_key] = obj
-        change = Change(
-            self._rv, key, kind, _copy(obj), _copy(old) if old else None
-        )
+        change = Change(self._rv, key, kind, _copy(obj), _copy(old) if old else None)
         if len(self._log) == self._log.maxlen and self._log:
             self._compacted = self._log[0].rv
         self._log.append(change)
