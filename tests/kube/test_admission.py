@@ -238,3 +238,25 @@ async def test_webhook_configurations_are_validated(
     assert code == 422
     fields = {c["field"] for c in body["details"]["causes"]}
     assert fields == {"webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].timeoutSeconds"}
+
+
+async def test_delete_is_admitted_with_the_old_object(
+    widgets: emulator.Emulator, http: aiohttp.ClientSession, webhook: Webhook
+) -> None:
+    config = configuration(webhook.url)
+    config["webhooks"][0]["rules"][0]["operations"] = ["DELETE"]
+    await widgets.create(config)
+    await call(http, "POST", samples.WIDGETS, samples.widget("a"))
+    denial = {"allowed": False, "status": {"code": 403, "message": "keep it"}}
+    webhook.answer = lambda request: denial
+    code, body = await call(http, "DELETE", f"{samples.WIDGETS}/a")
+    assert (code, body["message"]) == (
+        403,
+        'admission webhook "validate.widgets.example.dev" denied the request: keep it',
+    )
+    assert widgets.get("wd", "a", "default") is not None
+    (review,) = webhook.reviews
+    request = review["request"]
+    assert (request["operation"], request["object"]) == ("DELETE", None)
+    assert request["oldObject"]["metadata"]["name"] == "a"
+    assert request["options"]["kind"] == "DeleteOptions"
