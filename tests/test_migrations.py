@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -26,6 +27,9 @@ async def empty_url(server_url: str) -> AsyncIterator[str]:
     """A brand-new database with nothing in it."""
     async with scratch_database(server_url, "tickwork_empty") as url:
         yield url
+
+
+DAY_PARTITION = re.compile(r"^attempts_\d{8}(_|$)")
 
 
 def shards_of(url: str, count: int = TEST_SHARDS) -> tuple[Shard, ...]:
@@ -85,7 +89,13 @@ async def dump_schema(url: str, shard: Shard) -> dict[str, Any]:
         await conn.close()
 
     def plain(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
-        text = json.dumps([dict(row) for row in rows], default=str)
+        # The day partitions of attempts depend on the date of migration, not the schema.
+        kept = [
+            dict(row)
+            for row in rows
+            if not any(isinstance(v, str) and DAY_PARTITION.match(v) for v in row.values())
+        ]
+        text = json.dumps(kept, default=str)
         return list(json.loads(text.replace(f"{schema}.", "")))
 
     return {

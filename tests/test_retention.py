@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
-from tickwork.core.clock import FrozenClock
+import pytest
+
+from tickwork.core.clock import Clock, DatabaseClock, FrozenClock
 from tickwork.core.records import Completion, Outcome
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
@@ -20,7 +23,7 @@ async def _partitions(database: Database, shard: int) -> set[str]:
         return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS)}
 
 
-async def _finish_one_run(database: Database, jobs: Jobs, clock: FrozenClock) -> int:
+async def _finish_one_run(database: Database, jobs: Jobs, clock: Clock) -> int:
     run, _ = await jobs.enqueue("acme", "report", EnqueueRequest(), "test")
     async with database.connection(run.shard) as conn:
         [lease] = await leases.claim(conn, run.shard, ["default"], 1, "w", 30, clock.now())
@@ -72,3 +75,21 @@ async def test_a_day_already_in_the_default_partition_stays_there(database: Data
         clock.advance(timedelta(days=40).total_seconds())
         await retention.drop_expired(conn, clock.now(), retention_days=30)
         assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 0
+
+
+async def test_a_migrated_shard_keeps_its_first_attempts_out_of_the_default_partition(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first runs may finish before any scheduler pass (tickwork dev starts its API,
+    worker and scheduler together): they still land in their day's partition, and the
+    scheduler has nothing to warn about."""
+    clock = DatabaseClock()
+    jobs = Jobs(database, clock)
+    await jobs.put("acme", "report", JobSpec(), "test")
+    shard = await _finish_one_run(database, jobs, clock)
+    async with database.connection(shard) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 0
+        assert await conn.fetchval("SELECT count(*) FROM attempts") == 1
+    with caplog.at_level(logging.INFO):
+        await Scheduler(database, clock=clock).pass_once()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
