@@ -99,8 +99,8 @@ async def put_job(
         check_name(name)
     except ValueError as error:
         raise InvalidRequest(str(error), field="name") from error
-    _, created = await svc.jobs.put(owner, name, spec, caller.subject)
-    return responses.json(await _job_document(svc, owner, name), 201 if created else 200)
+    stored = await svc.jobs.put(owner, name, spec, caller.subject)
+    return responses.json(await _job_document(svc, owner, name), 201 if stored.created else 200)
 
 
 @router.get(

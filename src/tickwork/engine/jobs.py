@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +58,24 @@ def same_fire_times(old: JobSpec, new: JobSpec) -> bool:
     )
 
 
+class Change(enum.StrEnum):
+    """What a put did to the stored definition."""
+
+    created = "created"
+    updated = "updated"
+    unchanged = "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    definition: Definition
+    change: Change
+
+    @property
+    def created(self) -> bool:
+        return self.change is Change.created
+
+
 @dataclass(frozen=True, slots=True)
 class JobView:
     definition: Definition
@@ -87,23 +106,24 @@ class Jobs:
     def locate_run(self, run_id: str) -> tuple[int, int]:
         return shards.parse_run_id(run_id, self.database.shard_count)
 
-    async def put(
-        self, tenant: str, name: str, spec: JobSpec, actor: str
-    ) -> tuple[Definition, bool]:
+    async def put(self, tenant: str, name: str, spec: JobSpec, actor: str) -> Stored:
         """Create or replace a job. ``next_due_at`` is recomputed only when the fire
         times changed (cron, timeZone or runAt), so an edit neither loses nor duplicates
-        a run."""
+        a run. Putting the spec the job already has writes nothing: no generation bump,
+        no audit entry (a manifest applied again, a GitOps resync)."""
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
-            now = await database_now(conn, self.clock)
             current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
+            if current is not None and current.spec.to_document() == spec.to_document():
+                return Stored(current, Change.unchanged)
             if current is not None and same_fire_times(current.spec, spec):
                 next_due = current.next_due_at
             else:
-                next_due = next_due_after(spec, now)
-            return await definitions.upsert(
+                next_due = next_due_after(spec, await database_now(conn, self.clock))
+            definition, created = await definitions.upsert(
                 conn, shard, tenant, name, spec, next_due, actor, self.clock.now()
             )
+            return Stored(definition, Change.created if created else Change.updated)
 
     async def get(self, tenant: str, name: str) -> JobView:
         shard = self.shard_of(tenant, name)
