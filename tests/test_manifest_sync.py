@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.core.clock import FrozenClock
 from tickwork.core.errors import NotFound
 from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.store.database import Database
 
 HOURLY = """\
