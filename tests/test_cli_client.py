@@ -106,3 +106,19 @@ async def test_apply_acts_for_the_manifests_namespace(
     assert "may not act for that tenant" in refused.output
     with pytest.raises(NotFound):
         await api_server.jobs.get("initech", "nightly")
+
+
+async def test_audit_lists_who_changed_what(api_server: ApiServer, tmp_path: Path) -> None:
+    manifest = tmp_path / "nightly.yaml"
+    manifest.write_text(MANIFEST)
+    assert (await tickwork(api_server, "jobs", "apply", "-f", str(manifest))).exit_code == 0
+    assert (await tickwork(api_server, "jobs", "pause", "nightly")).exit_code == 0
+    listed = await tickwork(api_server, "audit", "--job", "nightly")
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.output.splitlines()
+    assert header.split() == ["AT", "JOB", "ACTION", "RUN", "ACTOR", "DETAIL"]
+    assert [row.split()[1:5] for row in rows] == [
+        ["nightly", "pause", "-", "acme-team"],
+        ["nightly", "create", "-", "acme-team"],
+    ]
+    assert rows[1].endswith('{"generation":1}')

@@ -23,7 +23,7 @@ from tickwork.core.records import Completed, Extended, Lease, NewRun, Origin, Ou
 from tickwork.core.spec import JobSpec, Priority, Retry
 from tickwork.engine.dispatch import CompleteItem, Dispatcher, HeartbeatItem
 from tickwork.engine.jobs import Change, EnqueueRequest, Jobs, JobView
-from tickwork.store import dlq, leases, runs
+from tickwork.store import audit, dlq, leases, runs
 from tickwork.store.database import Database
 
 TENANT = "acme"
@@ -163,7 +163,7 @@ async def snapshot(database: Database, run_id: str) -> Snapshot:
 async def audit_actions(jobs: Jobs, database: Database, name: str = "job") -> list[tuple[str, str]]:
     shard = jobs.shard_of(TENANT, name)
     async with database.connection(shard) as conn:
-        entries = await runs.audit_of_job(conn, TENANT, name)
+        entries = await audit.page(conn, shard, TENANT, name, None, 100)
     return [(e.action, e.actor) for e in reversed(entries)]
 
 

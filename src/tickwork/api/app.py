@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwork import __version__
-from tickwork.api import jobs_routes, ops_routes, problems, render, worker_routes
+from tickwork.api import audit_routes, jobs_routes, ops_routes, problems, render, worker_routes
 from tickwork.api.services import Services
 from tickwork.core.errors import PayloadTooLarge
 
@@ -151,5 +151,6 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(ops_routes.router)
     app.include_router(worker_routes.router)
     app.include_router(jobs_routes.router)
+    app.include_router(audit_routes.router)
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     return app

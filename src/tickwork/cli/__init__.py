@@ -22,6 +22,7 @@ cli.add_command(roles.dispatcher)
 cli.add_command(client.jobs)
 cli.add_command(client.runs)
 cli.add_command(client.dlq)
+cli.add_command(client.audit)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""``tickwork jobs | runs | dlq``: a client of the HTTP API for people.
+"""``tickwork jobs | runs | dlq | audit``: a client of the HTTP API for people.
 
 Tables by default, the API's JSON with ``--json``. The server and token come from
 ``--url``/``--token`` or ``TICKWORK_URL``/``TICKWORK_TOKEN``.
@@ -422,3 +422,26 @@ def dlq_replay(client: Client, run_id: str) -> None:
 def dlq_discard(client: Client, run_id: str) -> None:
     """End a dead run."""
     client.show(client.call("POST", f"/v1/dlq/{run_id}:discard"), RUN_COLUMNS)
+
+
+AUDIT_COLUMNS: tuple[Column, ...] = (
+    ("AT", "at"),
+    ("JOB", "job"),
+    ("ACTION", "action"),
+    ("RUN", "runId"),
+    ("ACTOR", "actor"),
+    ("DETAIL", "detail"),
+)
+
+
+@click.command()
+@click.option("--job", default=None, help="Only this job's entries.")
+@click.option("--cursor", default=None)
+@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@with_client
+def audit(client: Client, job: str | None, cursor: str | None, limit: int | None) -> None:
+    """Who changed which job or run, newest first."""
+    client.show(
+        client.call("GET", "/v1/audit", params={"job": job, "cursor": cursor, "limit": limit}),
+        AUDIT_COLUMNS,
+    )

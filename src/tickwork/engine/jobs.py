@@ -6,13 +6,11 @@ computes the next due time of a definition, and turns an enqueue request into a 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -22,6 +20,7 @@ from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import ConcurrencyLimit, InvalidRequest
 from tickwork.core.records import Attempt, Definition, JobRunSummary, NewRun, Origin, Run, State
 from tickwork.core.spec import JobSpec, Priority
+from tickwork.engine import cursors
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
 
@@ -313,49 +312,8 @@ class Jobs:
             return await dlq.discard(conn, shard, local, actor, self.clock.now())
 
 
-_MAX_ID = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class DeadCursor:
-    """Where a DLQ page ended: ``(finishedAt, shard, id)`` of its last run."""
-
-    finished_at: datetime
-    shard: int
-    id: int
-
-    def bound_for(self, shard: int) -> tuple[datetime, int]:
-        """The per-shard ``(finished_at, id) < bound`` equivalent to the global order."""
-        if shard < self.shard:
-            return self.finished_at, _MAX_ID
-        if shard == self.shard:
-            return self.finished_at, self.id
-        return self.finished_at, 0
-
-    def encode(self) -> str:
-        raw = orjson.dumps([self.finished_at.isoformat(), self.shard, self.id])
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> DeadCursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            at, shard, local = orjson.loads(raw)
-            instant = datetime.fromisoformat(at)
-            if instant.tzinfo is None or not isinstance(shard, int) or not isinstance(local, int):
-                raise ValueError(text)
-            if not 0 <= shard < 2**31 or not 0 <= local < 2**63:
-                raise ValueError("position out of range")
-            instant.astimezone(UTC)  # OverflowError: no UTC equivalent in years 1-9999
-            return cls(instant, shard, local)
-        except (
-            ValueError,
-            TypeError,
-            OverflowError,
-            binascii.Error,
-            orjson.JSONDecodeError,
-        ) as error:
-            raise InvalidRequest("malformed cursor", field="cursor") from error
+# The DLQ's cursor: the (finishedAt, shard, id) of the last dead run of a page.
+DeadCursor = cursors.Position
 
 
 def _dead_order(run: Run) -> tuple[datetime, int, int]:
