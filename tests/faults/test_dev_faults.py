@@ -11,9 +11,9 @@ import pytest
 
 from faults.conftest import FAST_POOLS, eventually, proxied_map
 from faults.proxy import TcpProxy
-from tickwork.cli.dev import ManifestSync
 from tickwork.core.errors import NotFound
 from tickwork.engine.jobs import Jobs
+from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.store.database import Database
 
 MANIFEST = """\
@@ -36,7 +36,7 @@ async def exists(jobs: Jobs) -> bool:
 async def test_a_change_made_during_an_outage_is_applied_after_it(
     fault_url: str, proxies: list[TcpProxy], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "tickwork.dev")
+    caplog.set_level(logging.WARNING, "tickwork.manifests")
     async with Database(proxied_map(fault_url, proxies), FAST_POOLS) as database:
         jobs = Jobs(database)
         sync = ManifestSync(jobs, tmp_path)

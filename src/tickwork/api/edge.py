@@ -17,9 +17,13 @@ a request's headers are complete, counting the slow connections it should shed. 
   arrive, so an endless header costs at most one read past the limit), and answers 503
   ``server-busy`` and closes at once when ``max_connections`` are already open.
 - ``BodyDeadline`` (ASGI) answers 408 when a body has not arrived whole
-  ``body_timeout_seconds`` after its headers (a trickled body, chunks sent forever),
-  and closes the connection after any answer given before the body was read whole
-  (a refusal before reading, such as 401), so an unread body cannot keep it open.
+  ``body_timeout_seconds`` after its headers (a trickled body, chunks sent forever).
+- An answer given before its request arrived whole (a 401 before the body is read,
+  a 413 on Content-Length, those 408s and 431s) ends in a lingering close, as nginx
+  does: what still arrives is read and thrown away for at most ``linger_seconds``,
+  then the connection is closed. Closing at once would make the kernel answer the
+  client's next bytes with a reset, which can destroy the answer before the client
+  reads it; never closing would let an unread body hold the connection for good.
 """
 
 from __future__ import annotations
@@ -50,10 +54,13 @@ class EdgeLimits:
     max_connections: int = 1000
     # Connections the kernel queues before the process accepts them.
     backlog: int = 1024
+    # After an answer given before its request arrived whole: how long the rest is
+    # read (and thrown away) so the client can read the answer, before the close.
+    linger_seconds: float = 5.0
 
 
 def raw_response(error: TickworkError) -> bytes:
-    """A whole HTTP/1.1 problem response that closes the connection, for answers given
+    """A whole HTTP/1.1 problem response that ends the connection, for answers given
     before (or instead of) the application."""
     body = render.dumps(render.problem(error))
     lines = [
@@ -78,6 +85,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._awaiting_headers = True  # the next bytes belong to a request's headers
         self._raw_header_bytes = 0  # bytes received while the headers were incomplete
         self._header_bytes = 0  # request line and headers, as parsed
+        self._message_complete = True  # the current request arrived whole
+        self._linger_timer: asyncio.TimerHandle | None = None
         self._refusal: TickworkError | None = None
 
     # Connection
@@ -85,12 +94,16 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections:
-            self._refuse(ServerBusy(f"over {self.limits.max_connections} open connections"))
+            # Shed it now: lingering would keep the process over its cap.
+            self._refusal = ServerBusy(f"over {self.limits.max_connections} open connections")
+            self.transport.write(raw_response(self._refusal))
+            self.transport.close()
             return
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        self._stop_lingering()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -110,6 +123,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         super().on_message_begin()
         self._awaiting_headers = True
+        self._message_complete = False
         self._header_bytes = 0
         if self._header_timer is None:
             self._arm_header_timer()
@@ -139,7 +153,14 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         super().on_message_complete()
         self._awaiting_headers = True
+        self._message_complete = True
         self._raw_header_bytes = 0
+        self._stop_lingering()  # read whole after all: the connection may go on
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._message_complete and not self.transport.is_closing():
+            self._linger()
 
     # Limits
 
@@ -192,7 +213,21 @@ class GuardedProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
             return
         self.transport.write(raw_response(error))
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()  # the client reads the answer, then the end
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close in ``linger_seconds``, whatever arrives meanwhile."""
+        if self._linger_timer is None:
+            self._linger_timer = self.loop.call_later(
+                self.limits.linger_seconds, self.transport.close
+            )
+
+    def _stop_lingering(self) -> None:
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
 
 
 def protocol(limits: EdgeLimits) -> type[GuardedProtocol]:
@@ -211,8 +246,7 @@ def _has_body(scope: Scope) -> bool:
 
 
 class BodyDeadline:
-    """408 for a body not arrived whole ``seconds`` after its headers; ``connection:
-    close`` on an answer given before the body was read whole."""
+    """408 for a request body not arrived whole ``seconds`` after its headers."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
@@ -241,10 +275,4 @@ class BodyDeadline:
                 whole = True
             return message
 
-        async def closing_send(message: Message) -> None:
-            if message["type"] == "http.response.start" and not whole:
-                headers = [*message.get("headers", ()), (b"connection", b"close")]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, timed_receive, closing_send)
+        await self.app(scope, timed_receive, send)

@@ -1,7 +1,7 @@
 """The ``tickwork`` command line: one sub-command per role, plus client commands.
 
 The base package (``pip install tickwork``) is what a team's worker image needs: the
-worker SDK and the client commands (``jobs``, ``runs``, ``dlq``, ``schedule``). The
+worker SDK and the client commands (``jobs``, ``runs``, ``dlq``, ``audit``, ``schedule``). The
 server roles live in extras (``tickwork[server]``, and ``tickwork[embedded]`` for the
 PostgreSQL that ``tickwork dev`` starts), so their commands are imported only when
 invoked; without the extra they explain what to install instead of failing on import.
@@ -75,6 +75,7 @@ cli.add_command(schedule.schedule)
 cli.add_command(client.jobs)
 cli.add_command(client.runs)
 cli.add_command(client.dlq)
+cli.add_command(client.audit)
 
 
 def main() -> None:
