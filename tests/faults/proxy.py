@@ -3,7 +3,9 @@
 ``hang()`` stops moving bytes both ways on every connection, open and new: the peers
 see a link that says nothing, as in a network partition (nothing is dropped; the
 kernel buffers hold it, and ``heal()`` lets it flow again, as TCP retransmission
-would). ``reset()`` aborts every open connection with a TCP RST. ``starting_up()``
+would). ``reset()`` aborts every open connection with a TCP RST. ``blackhole()``
+silently drops every open connection, as a firewall that forgot it does: the client
+side stays open and hears nothing, ever; new connections work. ``starting_up()``
 answers every new connection the way PostgreSQL does during start-up or crash
 recovery (``57P03``, "the database system is starting up").
 """
@@ -137,6 +139,7 @@ class TcpProxy:
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.links: set[_Link] = set()
+        self._dropped: list[_Link] = []  # blackholed: kept open, silent, until close()
         self.hanging = False
         self.refusing_as_starting = False
         self.port = 0
@@ -200,12 +203,26 @@ class TcpProxy:
         for link in list(self.links):
             link.abort()
 
+    def blackhole(self) -> None:
+        """Drop every open connection without telling its client."""
+        for link in list(self.links):
+            self.links.discard(link)
+            link.closed = True  # so the upstream's end does not close the client's side
+            link.pause()
+            if link.upstream.transport is not None:
+                link.upstream.transport.abort()
+            self._dropped.append(link)
+
     def starting_up(self) -> None:
         """Answer new connections as a PostgreSQL in start-up does; open ones go on."""
         self.refusing_as_starting = True
 
     async def close(self) -> None:
         self.reset()
+        for link in self._dropped:
+            if link.client.transport is not None:
+                link.client.transport.abort()
+        self._dropped.clear()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
