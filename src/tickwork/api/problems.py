@@ -63,6 +63,12 @@ def from_validation(errors: list[Any] | tuple[Any, ...]) -> TickworkError:
     field = field_of(tuple(first.get("loc", ())))
     kind = first.get("type", "")
     message = first.get("msg", "invalid value")
+    context = first.get("ctx") or {}
+    if kind == "payload_credential" and isinstance(context.get("path"), str):
+        # The credential's place inside the payload: payload.db.password.
+        inner = context["path"]
+        field = ((field or "") + inner).lstrip(".") or None
+        message = message.removeprefix(inner + ": ")
     detail = f"{field}: {message}" if field else message
     if kind == "invalid_schedule":
         return InvalidSchedule(detail, field=field)
