@@ -1,10 +1,13 @@
 """Request bodies: JSON read once, bounded in depth, validated without coercion.
 
-Every route reads its body here. orjson parses (it refuses documents deeper than 1024
-levels by itself); a body nesting deeper than ``limits.MAX_BODY_DEPTH`` is refused
-naming the field it nests in, before pydantic, the encoder or the database (all
-recursive) see it. The team routes then validate with their pydantic model through
-``spec.parse``: camelCase only, no type coercion, unknown fields refused.
+Every route reads its body here. A body nesting deeper than ``limits.MAX_BODY_DEPTH``
+is refused naming the field it nests in, before pydantic, the encoder or the database
+(all recursive) see it; a text too deep for the parser itself is scanned for that
+field instead. The worker routes parse with orjson (the hot path); the team routes
+with Python's parser, which keeps what orjson would change or refuse (integers past 64
+bits, which orjson reads as floats; NaN; lone surrogates) for the field validators to
+refuse by name. They then validate with their pydantic model through ``spec.parse``:
+camelCase only, no type coercion, unknown fields refused.
 """
 
 from __future__ import annotations
@@ -112,22 +115,22 @@ def _depth_checked(raw: bytes, document: Any) -> Any:
 def parse(raw: bytes, *, lenient: bool = False) -> Any:
     """The JSON document of a request body.
 
-    ``lenient``: also take what orjson refuses but Python's parser reads (NaN, numbers
-    past 64 bits, lone surrogates), so that the field validators refuse it naming the
-    field, instead of a bare "not JSON".
+    ``lenient``: read it as Python's parser does, NaN and integers of any size
+    included, so that the field validators refuse those naming the field.
     """
     try:
-        return _depth_checked(raw, orjson.loads(raw))
-    except orjson.JSONDecodeError as error:
+        document = json.loads(raw) if lenient else orjson.loads(raw)
+    except RecursionError:
+        document = None  # too deep for the parser: the scan below names the field
+    except ValueError as error:  # orjson's and json's decode errors, bad UTF-8
         path = _raw_depth_path(raw, limits.MAX_BODY_DEPTH)
         if path is not None:
             raise _too_deep(_field(path)) from None
-        if not lenient:
-            raise InvalidRequest(f"body is not JSON: {error}", field="body") from None
-        try:
-            return _depth_checked(raw, json.loads(raw))
-        except (ValueError, RecursionError):
-            raise InvalidRequest(f"body is not JSON: {error}", field="body") from None
+        raise InvalidRequest(f"body is not JSON: {error}", field="body") from None
+    else:
+        return _depth_checked(raw, document)
+    path = _raw_depth_path(raw, limits.MAX_BODY_DEPTH)
+    raise _too_deep(_field(path or []))
 
 
 async def document(request: Request, *, lenient: bool = False) -> Any:

@@ -78,9 +78,10 @@ _LAST_WEEKDAY_RE: Final = re.compile(rf"{_VALUE}[lL]")
 _NTH_WEEKDAY_RE: Final = re.compile(rf"{_VALUE}#([0-9]+)")
 _DIGITS_RE: Final = re.compile(r"[0-9]+")
 # Fields are separated by ASCII spaces and tabs only: a newline, a no-break or an em
-# space between fields is a pasting accident, not a separator.
+# space between fields is a pasting accident, not a separator. Other printable ASCII
+# is left to the field grammar, which names the field it is in.
 _SEPARATOR_RE: Final = re.compile(r"[ \t]+")
-_FOREIGN_RE: Final = re.compile(r"[^0-9A-Za-z*,/#\- \t]")
+_FOREIGN_RE: Final = re.compile(r"[^\x21-\x7e \t]")
 
 
 class CronError(ValueError):
@@ -309,12 +310,19 @@ def _fields(expression: str) -> list[str]:
             f"{limits.MAX_CRON_LENGTH}",
             field="expression",
         )
+    if expression.strip(" \t").startswith("@"):
+        raise CronError(
+            f"cron expression {expression!r}: macros like '@daily' are not supported; "
+            "write the five fields (for example '0 0 * * *')",
+            field="expression",
+            value=expression,
+        )
     foreign = _FOREIGN_RE.search(expression)
     if foreign is not None:
         raise CronError(
             f"cron expression {expression!r} holds {foreign.group()!r} at position "
-            f"{foreign.start()}: only ASCII letters, digits, '*', ',', '-', '/', '#' and "
-            "fields separated by spaces or tabs are allowed",
+            f"{foreign.start()}: an expression is printable ASCII, its fields separated "
+            "by spaces or tabs",
             field="expression",
             value=expression,
         )
@@ -395,6 +403,10 @@ class CronSchedule:
             "_clauses",
             tuple(croniter(expression, _PROBE_START, day_or=False) for expression in living),
         )
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        # Zones come from the tzdata package and pickle by name, not by file.
+        return (CronSchedule.parse, (self.expression, self.zone))
 
     @classmethod
     def parse(cls, expression: str, zone: str = "UTC") -> CronSchedule:
