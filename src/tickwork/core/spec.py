@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, TypeVar
 
@@ -334,7 +335,7 @@ def _check_payload_content(payload: Any) -> Any:
         raise PydanticCustomError(
             "payload_credential",
             "{path}: looks like {what}; payloads must not carry secrets: pass a reference "
-            'such as {{"secretRef": "name"}} and resolve it in the worker',
+            'such as {"secretRef": "name"} and resolve it in the worker',
             {"path": finding.path, "what": finding.describe(), "detector": finding.detector},
         )
     return payload
@@ -413,6 +414,43 @@ class JobSpec(_Model):
 
 
 _Parsed = TypeVar("_Parsed", bound=BaseModel)
+_LOCATION_ROOTS: Final = frozenset({"body", "query", "path", "header"})
+
+
+def error_field(error: Mapping[str, Any]) -> str | None:
+    """The field a pydantic error names, as the contract writes it: ``schedule.cron``,
+    ``runs[3].payload``, ``payload.db.password`` (a credential's place in a payload)."""
+    parts = list(error.get("loc", ()))
+    if parts and parts[0] in _LOCATION_ROOTS:
+        parts = parts[1:]
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part in ("function-after", "function-before") or "[" in str(part):
+            continue  # pydantic's names for validators and union members
+        else:
+            text += ("." if text else "") + str(part)
+    context = error.get("ctx") or {}
+    if error.get("type") == "payload_credential" and isinstance(context.get("path"), str):
+        text = (text + context["path"]).lstrip(".")
+    return text or None
+
+
+def error_message(error: Mapping[str, Any]) -> str:
+    """The message of a pydantic error, without a credential path it already names."""
+    message = str(error.get("msg", "invalid value"))
+    if error.get("type") == "extra_forbidden":
+        location = error.get("loc") or ("",)
+        key = str(location[-1])
+        camel = to_camel(key)
+        if "_" in key and camel != key:
+            return f"unknown field (fields are camelCase: {camel!r}, not {key!r})"
+        return "unknown field"
+    context = error.get("ctx") or {}
+    if error.get("type") == "payload_credential" and isinstance(context.get("path"), str):
+        message = message.removeprefix(context["path"] + ": ")
+    return message
 
 
 def parse(model: type[_Parsed], document: Any) -> _Parsed:
@@ -433,7 +471,7 @@ def check_queue(value: str) -> None:
 def check_tenant(value: str) -> None:
     """Raise ``ValueError`` unless ``value`` is a DNS-1123 label (a namespace name)."""
     if not isinstance(value, str) or not _TENANT_RE.fullmatch(value):
-        shown_value = shown(value) if isinstance(value, str) else repr(type(value).__name__)
+        shown_value = shown(value) if isinstance(value, str) else f"(a {type(value).__name__})"
         raise ValueError(
             f"tenant {shown_value} must be a DNS-1123 label (lowercase letters, digits and "
             f"'-', ≤ {limits.MAX_TENANT_LENGTH} chars)"
@@ -443,7 +481,7 @@ def check_tenant(value: str) -> None:
 def check_name(value: str) -> None:
     """Raise ``ValueError`` unless ``value`` is a DNS-1123 subdomain (an object name)."""
     if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
-        shown_value = shown(value) if isinstance(value, str) else repr(type(value).__name__)
+        shown_value = shown(value) if isinstance(value, str) else f"(a {type(value).__name__})"
         raise ValueError(
             f"job name {shown_value} must be a DNS-1123 subdomain (lowercase letters, digits, "
             f"'-' and '.', ≤ {limits.MAX_NAME_LENGTH} chars)"
