@@ -73,7 +73,7 @@ def test_preview_with_a_bad_zone_exits_2_with_one_clear_line(zone: str) -> None:
     ("expression", "fragment"),
     [
         ("٣ * * * *", "'٣'"),  # an Arabic-Indic three
-        ("５ * * * *", "'５'"),  # a full-width five
+        ("\uff15 * * * *", "'\uff15'"),  # a full-width five
         ("0 0 ² * *", "'²'"),  # str.isdigit() says yes, int() says no
         ("0\n2 * * *", "'\\n'"),
         ("0 2 * * *\n", "'\\n'"),

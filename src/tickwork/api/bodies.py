@@ -36,6 +36,8 @@ _VALUE_FIELDS: Final = frozenset({"payload", "error"})
 def _field(path: list[str | int]) -> str:
     """The field a too-deep path is in: down to its payload or error, else its first
     step (``runs[3].payload``, ``items[0].error``, ``schedule``)."""
+    if not path or isinstance(path[0], int):
+        return "body"
     cut = 1
     for index, step in enumerate(path):
         if step in _VALUE_FIELDS:
