@@ -76,7 +76,7 @@ def parse_document(document: Any, source: str) -> ScheduledJob | None:
     if document_spec is None:
         document_spec = {}
     if not isinstance(document_spec, dict):
-        raise ManifestError(f"{source} ({tenant}/{name}): spec must be a mapping")
+        raise ManifestError(f"{source} ({tenant}/{name}): spec: must be a mapping")
     try:
         # camelCase only, no coercion: what the CRD's schema accepts.
         spec = spec_module.parse(JobSpec, document_spec)
