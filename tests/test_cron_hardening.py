@@ -64,9 +64,7 @@ def test_preview_with_a_bad_zone_exits_2_with_one_clear_line(zone: str) -> None:
     assert result.exit_code == 2, result.output
     assert "unknown time zone" in result.output and "--tz" in result.output
     assert "Traceback" not in result.output
-    assert not isinstance(result.exception, Exception) or isinstance(
-        result.exception, SystemExit
-    )
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
 
 
 @pytest.mark.parametrize(

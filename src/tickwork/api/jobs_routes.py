@@ -14,7 +14,7 @@ from starlette.responses import Response
 from tickwork.api import bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
-from tickwork.core import limits, shards
+from tickwork.core import fields, limits, shards
 from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
 from tickwork.core.records import Attempt, Run, State
 from tickwork.core.spec import JobSpec, check_name
@@ -266,7 +266,8 @@ async def enqueue_batch(
         raise InvalidRequest('body must be {"runs": [...]}', field="body")
     unknown = sorted(set(document) - {"runs"})
     if unknown:
-        raise InvalidRequest(f"{unknown[0]}: unknown field", field=unknown[0])
+        field = fields.key("", unknown[0])
+        raise InvalidRequest(f"{field}: unknown field", field=field)
     items = document.get("runs")
     if not isinstance(items, list) or not 1 <= len(items) <= limits.MAX_ENQUEUE_BATCH:
         raise InvalidRequest(

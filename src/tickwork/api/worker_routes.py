@@ -21,7 +21,7 @@ from starlette.responses import Response
 from tickwork.api import bodies, models, render, responses
 from tickwork.api.auth import Principal, Role, authenticate_header
 from tickwork.api.services import Services, services
-from tickwork.core import limits
+from tickwork.core import fields, limits
 from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError
 from tickwork.core.records import Completed, Extended, Lease, Outcome
 from tickwork.core.spec import Priority, check_queue
@@ -103,8 +103,8 @@ def _run_id(document: dict[str, Any], where: str) -> str:
 def _check_keys(document: dict[str, Any], allowed: frozenset[str], where: str = "") -> None:
     unknown = set(document) - allowed
     if unknown:
-        name = sorted(unknown)[0]
-        raise InvalidRequest(f"{where}{name}: unknown field", field=where + name)
+        field = fields.key(where.removesuffix("."), sorted(unknown)[0])
+        raise InvalidRequest(f"{field}: unknown field", field=field)
 
 
 _LEASE_KEYS: Final = frozenset({"queues", "max", "waitSeconds", "leaseSeconds", "workerId"})

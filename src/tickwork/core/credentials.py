@@ -36,6 +36,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from tickwork.core import fields
+
 __all__ = ["Finding", "find"]
 
 _VALUE_PATTERNS: Final = {
@@ -97,13 +99,12 @@ _SECRET_SUFFIXES: Final = (
     "secretkey",
 )
 _KEY_NOISE: Final = re.compile(r"[-_\s]")
-_PLAIN_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """Where a credential was found (``.db.password``, ``[2].url``: relative to the
-    value scanned) and which detector found it."""
+    """Where a credential was found (``db.password``, ``[2].url``: relative to the
+    value scanned, ``""`` for the value itself) and which detector found it."""
 
     path: str
     detector: str
@@ -166,13 +167,6 @@ def _is_basic(encoded: str) -> bool:
     return b":" in decoded and decoded.isascii() and decoded.decode().isprintable()
 
 
-def _step(key: str) -> str:
-    if _PLAIN_KEY.fullmatch(key):
-        return "." + key
-    shown = key if len(key) <= 64 else key[:64] + "…"
-    return "[" + repr(shown).replace("'", '"') + "]"
-
-
 def find(value: Any) -> Finding | None:
     """An obvious credential in a JSON value (the first one found), or None."""
     pending: list[tuple[str, Any]] = [("", value)]
@@ -187,13 +181,12 @@ def find(value: Any) -> Finding | None:
             for key, child in item.items():
                 if not isinstance(key, str):
                     continue
-                where = path + _step(key)
+                where = fields.key(path, key)
                 if isinstance(child, str) and child.strip() and secret_key(key):
                     return Finding(where, "secret-key", key)
                 children.append((where, child))
             pending.extend(reversed(children))
         elif isinstance(item, list):
-            pending.extend(
-                (f"{path}[{index}]", child) for index, child in reversed(list(enumerate(item)))
-            )
+            indexed = [(fields.index(path, index), child) for index, child in enumerate(item)]
+            pending.extend(reversed(indexed))
     return None

@@ -40,7 +40,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from tickwork.core import credentials, limits
+from tickwork.core import credentials, fields, limits
 from tickwork.core.cron import CronError, CronSchedule
 
 # DNS-1123: the same rules Kubernetes applies to namespaces (tenants) and object names,
@@ -426,14 +426,15 @@ def error_field(error: Mapping[str, Any]) -> str | None:
     text = ""
     for part in parts:
         if isinstance(part, int):
-            text += f"[{part}]"
+            text = fields.index(text, part)
         elif part in ("function-after", "function-before") or "[" in str(part):
             continue  # pydantic's names for validators and union members
         else:
-            text += ("." if text else "") + str(part)
+            text = fields.key(text, str(part))
     context = error.get("ctx") or {}
     if error.get("type") == "payload_credential" and isinstance(context.get("path"), str):
-        text = (text + context["path"]).lstrip(".")
+        inner = context["path"]
+        text = text + inner if not text or not inner or inner.startswith("[") else f"{text}.{inner}"
     return text or None
 
 
