@@ -7,6 +7,7 @@ import base64
 import time
 from typing import Any
 
+import orjson
 import pytest
 
 from tickwork.core import credentials, limits
@@ -89,6 +90,8 @@ def test_obvious_credentials_are_found_with_their_path(
     assert found is not None
     assert (found.path, found.detector) == (path, detector)
     assert found.describe()
+    # Given the JSON text too (as the spec does), the scan skips nothing it needs.
+    assert credentials.find(payload, orjson.dumps(payload)) == found
 
 
 BENIGN: list[Any] = [
@@ -118,6 +121,7 @@ BENIGN: list[Any] = [
 @pytest.mark.parametrize("payload", BENIGN)
 def test_ordinary_payloads_pass(payload: Any) -> None:
     assert credentials.find(payload) is None
+    assert credentials.find(payload, orjson.dumps(payload)) is None
 
 
 def test_scanning_the_largest_payload_is_quick() -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,28 +41,112 @@ from tickwork.core import fields
 
 __all__ = ["Finding", "find"]
 
-_VALUE_PATTERNS: Final = {
-    "private-key": r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
-    "aws-access-key": r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",
-    "google-api-key": r"(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])",
-    "github-token": r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,255}"
-    r"|github_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])",
-    "slack-token": r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+",
-    "azure-key": r"(?i:AccountKey|SharedAccessKey)=[A-Za-z0-9+/]{20,}={0,2}"
-    r"|[?&]sig=[A-Za-z0-9%+/=]{20,}",
-    "jwt": r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
-    "bearer-token": r"(?i:\bbearer)[ \t]+(?P<bearer>[A-Za-z0-9._~+/-]{20,}=*)",
-    "basic-credentials": r"(?i:\bbasic)[ \t]+(?P<basic>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])",
-    "url-password": r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",
-}
-_VALUE_RE: Final = re.compile(
-    "|".join(
-        f"(?P<{name.replace('-', '_')}>{pattern})" for name, pattern in _VALUE_PATTERNS.items()
-    )
+
+@dataclass(frozen=True, slots=True)
+class _Detector:
+    """A credential shape: found only where one of its ``fragments`` occurs (a
+    substring test, at memory speed), then confirmed by ``pattern``, which starts with
+    a literal so the regular expression engine skips ahead to it. ``folded``: both
+    read the lower-cased text."""
+
+    name: str
+    fragments: tuple[str, ...]
+    pattern: re.Pattern[str]
+    folded: bool = False
+    confirm: Callable[[re.Match[str]], bool] | None = None
+
+
+def _mixed(match: re.Match[str]) -> bool:
+    """A bearer token has letters and digits (``Bearer of bad news`` is prose)."""
+    token = match.group(1)
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+
+
+def _user_and_password(match: re.Match[str]) -> bool:
+    """``user:password`` in base64, as an ``Authorization: Basic`` header carries it."""
+    encoded = match.group(1)
+    try:
+        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded and decoded.isascii() and decoded.decode().isprintable()
+
+
+_DETECTORS: Final = (
+    _Detector(
+        "private-key",
+        ("-----BEGIN ",),
+        re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"),
+    ),
+    _Detector(
+        "aws-access-key",
+        ("AKIA", "ASIA"),
+        re.compile(r"(?:AKIA|ASIA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])"),
+    ),
+    _Detector(
+        "google-api-key",
+        ("AIza",),
+        re.compile(r"AIza(?<![A-Za-z0-9_-]....)[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+    ),
+    _Detector(
+        "github-token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        re.compile(
+            r"(?:gh[pousr]_(?<![A-Za-z0-9_]....)[A-Za-z0-9]{36,255}"
+            r"|github_pat_(?<![A-Za-z0-9_]...........)[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])"
+        ),
+    ),
+    _Detector(
+        "slack-token",
+        ("xox", "hooks.slack.com"),
+        re.compile(
+            r"xox[abposr]-(?<![A-Za-z0-9].....)[A-Za-z0-9-]{10,}"
+            r"|hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+"
+        ),
+    ),
+    _Detector(
+        "azure-key",
+        ("accountkey=", "sharedaccesskey=", "sig="),
+        re.compile(r"(?:accountkey|sharedaccesskey)=[a-z0-9+/]{20,}|[?&]sig=[a-z0-9%+/=]{20,}"),
+        folded=True,
+    ),
+    _Detector(
+        "jwt",
+        ("eyJ",),
+        re.compile(r"eyJ(?<![A-Za-z0-9_-]...)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."),
+    ),
+    _Detector(
+        "bearer-token",
+        ("bearer",),
+        re.compile(r"\bbearer[ \t]+([a-z0-9._~+/-]{20,})"),
+        folded=True,
+        confirm=_mixed,
+    ),
+    _Detector(
+        "basic-credentials",
+        ("basic",),
+        re.compile(r"\b[Bb][Aa][Ss][Ii][Cc][ \t]+([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])"),
+        folded=False,
+        confirm=_user_and_password,
+    ),
+    _Detector(
+        "url-password",
+        ("://",),
+        # user:password@ right after the scheme, each part bounded.
+        re.compile(r"://[^/\s:@]{1,256}:[^/\s@]{1,256}@"),
+    ),
 )
-# Every detector above needs at least this many characters.
+# Every detector needs at least this many characters.
 _SHORTEST: Final = 8
+# What the JSON text of a payload must hold for a detector to have anything to find:
+# most payloads hold none of it, and their scan is two substring searches.
+_TEXT_FRAGMENTS: Final = tuple(
+    sorted({f.encode() for d in _DETECTORS if not d.folded for f in d.fragments} - {b"basic"})
+)
+_FOLDED_TEXT_FRAGMENTS: Final = tuple(
+    sorted({f.encode() for d in _DETECTORS if d.folded for f in d.fragments} | {b"basic"})
+)
+_KEY_FRAGMENTS: Final = (b"passw", b"secret", b"token", b"key", b"authorization")
 
 # Keys whose string values are secrets, lower-cased without '_' and '-'.
 _SECRET_KEYS: Final = frozenset(
@@ -141,52 +226,69 @@ def secret_key(key: str) -> bool:
 def _value_detector(text: str) -> str | None:
     if len(text) < _SHORTEST:
         return None
-    for match in _VALUE_RE.finditer(text):
-        name = match.lastgroup
-        if name is None:  # pragma: no cover - every alternative is a named group
+    folded: str | None = None
+    for detector in _DETECTORS:
+        if detector.folded or detector.name == "basic-credentials":
+            if folded is None:
+                folded = text.lower()
+            seen = folded
+        else:
+            seen = text
+        if not any(fragment in seen for fragment in detector.fragments):
             continue
-        if name == "basic" or name == "basic_credentials":
-            if not _is_basic(match.group("basic")):
-                continue
-            return "basic-credentials"
-        if name == "bearer" or name == "bearer_token":
-            token = match.group("bearer")
-            if not (any(c.isdigit() for c in token) and any(c.isalpha() for c in token)):
-                continue
-            return "bearer-token"
-        return name.replace("_", "-")
+        for match in detector.pattern.finditer(seen if detector.folded else text):
+            if detector.confirm is None or detector.confirm(match):
+                return detector.name
     return None
 
 
-def _is_basic(encoded: str) -> bool:
-    """``user:password`` in base64, as an ``Authorization: Basic`` header carries it."""
-    try:
-        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return b":" in decoded and decoded.isascii() and decoded.decode().isprintable()
+# A place in the value, built only when a credential is found: (parent, key or index).
+_Trail = tuple["_Trail", "str | int"] | None
 
 
-def find(value: Any) -> Finding | None:
-    """An obvious credential in a JSON value (the first one found), or None."""
-    pending: list[tuple[str, Any]] = [("", value)]
+def _path(trail: _Trail) -> str:
+    steps: list[str | int] = []
+    while trail is not None:
+        trail, step = trail
+        steps.append(step)
+    path = ""
+    for step in reversed(steps):
+        path = fields.index(path, step) if isinstance(step, int) else fields.key(path, step)
+    return path
+
+
+def find(value: Any, encoded: bytes | None = None) -> Finding | None:
+    """An obvious credential in a JSON value (the first one found), or None.
+
+    ``encoded``: the value's JSON text, when the caller has it: what it cannot hold,
+    the walk does not look for.
+    """
+    values, keys = True, True
+    if encoded is not None:
+        folded = encoded.lower()
+        values = any(f in encoded for f in _TEXT_FRAGMENTS) or any(
+            f in folded for f in _FOLDED_TEXT_FRAGMENTS
+        )
+        keys = any(f in folded for f in _KEY_FRAGMENTS)
+        if not values and not keys:
+            return None
+    pending: list[tuple[_Trail, Any]] = [(None, value)]
     while pending:
-        path, item = pending.pop()
+        trail, item = pending.pop()
         if isinstance(item, str):
-            detector = _value_detector(item)
+            detector = _value_detector(item) if values else None
             if detector is not None:
-                return Finding(path, detector)
+                return Finding(_path(trail), detector)
         elif isinstance(item, dict):
-            children: list[tuple[str, Any]] = []
+            children: list[tuple[_Trail, Any]] = []
             for key, child in item.items():
                 if not isinstance(key, str):
                     continue
-                where = fields.key(path, key)
-                if isinstance(child, str) and child.strip() and secret_key(key):
-                    return Finding(where, "secret-key", key)
-                children.append((where, child))
+                if keys and isinstance(child, str) and child.strip() and secret_key(key):
+                    return Finding(_path((trail, key)), "secret-key", key)
+                children.append(((trail, key), child))
             pending.extend(reversed(children))
         elif isinstance(item, list):
-            indexed = [(fields.index(path, index), child) for index, child in enumerate(item)]
+            indexed = [((trail, index), child) for index, child in enumerate(item)]
             pending.extend(reversed(indexed))
     return None
