@@ -114,6 +114,11 @@ class _Model(BaseModel):
     )
 
 
+def is_rfc3339(text: str) -> bool:
+    """An RFC 3339 date-time: full date, time with seconds, an explicit offset."""
+    return _RFC3339_RE.fullmatch(text) is not None
+
+
 def rfc3339(value: Any) -> Any:
     """Before-validator of instants: a datetime (YAML gives those) or an RFC 3339
     string; a number or any other text is refused, not read as a unix timestamp."""
