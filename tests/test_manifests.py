@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tickwork.cli.dev import ManifestSync
 from tickwork.core import limits
 from tickwork.core.clock import FrozenClock
 from tickwork.engine import manifests
 from tickwork.engine.jobs import Jobs
+from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.store.database import Database
 
 HEAD = """\
@@ -107,7 +107,7 @@ async def test_the_dev_sync_logs_each_refusal_and_keeps_going(
     write_folder(tmp_path)
     jobs = Jobs(database, clock)
     sync = ManifestSync(jobs, tmp_path)
-    with caplog.at_level(logging.ERROR, logger="tickwork.dev"):
+    with caplog.at_level(logging.ERROR, logger="tickwork.manifests"):
         await sync.sync()
     refused = [record for record in caplog.records if record.getMessage().startswith("manifest")]
     assert len(refused) == len(BAD) + 6

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -26,6 +28,9 @@ async def empty_url(server_url: str) -> AsyncIterator[str]:
     """A brand-new database with nothing in it."""
     async with scratch_database(server_url, "tickwork_empty") as url:
         yield url
+
+
+DAY_PARTITION = re.compile(r"^attempts_\d{8}(_|$)")
 
 
 def shards_of(url: str, count: int = TEST_SHARDS) -> tuple[Shard, ...]:
@@ -85,7 +90,13 @@ async def dump_schema(url: str, shard: Shard) -> dict[str, Any]:
         await conn.close()
 
     def plain(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
-        text = json.dumps([dict(row) for row in rows], default=str)
+        # The day partitions of attempts depend on the date of migration, not the schema.
+        kept = [
+            dict(row)
+            for row in rows
+            if not any(isinstance(v, str) and DAY_PARTITION.match(v) for v in row.values())
+        ]
+        text = json.dumps(kept, default=str)
         return list(json.loads(text.replace(f"{schema}.", "")))
 
     return {
@@ -348,6 +359,15 @@ LATERAL (SELECT CASE
 """
 
 
+LATER = datetime.now(UTC) - timedelta(hours=1)  # a cursor somewhere in the seeded rows
+
+SEED_AUDIT = """
+INSERT INTO audit_log (at, tenant, job, run_id, action, actor)
+SELECT now() - i * interval '1 second', 't' || (i % 7), 'job-' || (i % 50), i, 'cancel', 'me'
+FROM generate_series(1, $1) AS i
+"""
+
+
 def _index_names(plan: Any) -> set[str]:
     found: set[str] = set()
     if isinstance(plan, dict):
@@ -367,7 +387,9 @@ async def busy_shard(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     conn = await database.connect(shards_of(database_url)[0])
     try:
         await conn.execute(SEED_RUNS, 20_000)
+        await conn.execute(SEED_AUDIT, 20_000)
         await conn.execute("ANALYZE runs")
+        await conn.execute("ANALYZE audit_log")
         yield conn
     finally:
         await conn.close()
@@ -381,6 +403,10 @@ async def busy_shard(database_url: str) -> AsyncIterator[asyncpg.Connection]:
         ("lock_expired", (None, 1000), "runs_leases"),
         ("skip_past_deadline", (5000, None), "runs_start_deadline"),
         ("dead_runs", ("t1", None, None, None, 50), "runs_dead"),
+        ("audit_of_tenant", ("t1", None, None, 50), "audit_log_tenant_at"),
+        ("audit_of_tenant", ("t1", LATER, 5000, 50), "audit_log_tenant_at"),
+        ("audit_of_job", ("t1", "job-1", None, None, 50), "audit_log_job_at"),
+        ("audit_of_job", ("t1", "job-1", LATER, 5000, 50), "audit_log_job_at"),
     ],
 )
 async def test_hot_queries_use_their_partial_index(

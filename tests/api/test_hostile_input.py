@@ -359,6 +359,7 @@ async def test_team_routes_refuse_whatever_they_are_sent(api_server: ApiServer) 
             send("POST", lambda r: f"/v1/runs/{path(r)}:cancel"),
         ),
         "dlq": (cases(st.just(""), nothing), send("GET", lambda _: "/v1/dlq")),
+        "audit": (cases(st.just(""), nothing), send("GET", lambda _: "/v1/audit")),
         "replay": (cases(run_ids, values), send("POST", lambda r: f"/v1/dlq/{path(r)}:replay")),
         "discard": (cases(run_ids, values), send("POST", lambda r: f"/v1/dlq/{path(r)}:discard")),
     }

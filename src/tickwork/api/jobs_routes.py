@@ -111,8 +111,8 @@ async def put_job(
         raise InvalidRequest(str(error), field="name") from error
     spec = await bodies.model(request, JobSpec, required=True)
     assert spec is not None
-    _, created = await svc.jobs.put(owner, name, spec, caller.subject)
-    return responses.json(await _job_document(svc, owner, name), 201 if created else 200)
+    stored = await svc.jobs.put(owner, name, spec, caller.subject)
+    return responses.json(await _job_document(svc, owner, name), 201 if stored.created else 200)
 
 
 @router.get(
@@ -213,6 +213,7 @@ IdempotencyKey = Annotated[
         409: {"model": models.Problem, "description": "concurrency-limit"},
         413: {"model": models.Problem, "description": "payload-too-large"},
         422: {"model": models.Problem, "description": "idempotency-key-reused"},
+        429: {"model": models.Problem, "description": "quota-exceeded (see Retry-After)"},
         **_errors,
     },
     openapi_extra=bodies.openapi(models.EnqueueRequest, required=False),
@@ -253,7 +254,11 @@ async def enqueue(
 @router.post(
     "/jobs/{name}/runs:batch",
     summary="Enqueue up to 1 000 runs in one call",
-    responses={200: {"model": models.BatchEnqueueResponse}, **_errors},
+    responses={
+        200: {"model": models.BatchEnqueueResponse},
+        429: {"model": models.Problem, "description": "quota-exceeded (see Retry-After)"},
+        **_errors,
+    },
     openapi_extra=bodies.openapi(models.BatchEnqueueRequest, required=True),
 )
 async def enqueue_batch(
@@ -365,7 +370,11 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
 @router.post(
     "/runs/{runId}:cancel",
     summary="Cancel a run",
-    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+    responses={
+        200: {"model": models.Run},
+        409: {"model": models.Problem, "description": "invalid-state"},
+        **_errors,
+    },
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     await _owned_run(svc, caller, run_id, Role.team)
@@ -399,7 +408,11 @@ async def list_dead(
 @router.post(
     "/dlq/{runId}:replay",
     summary="Re-enqueue a dead run with fresh attempts",
-    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+    responses={
+        200: {"model": models.Run},
+        409: {"model": models.Problem, "description": "invalid-state"},
+        **_errors,
+    },
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     await _owned_run(svc, caller, run_id, Role.team)
@@ -409,7 +422,11 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
 @router.post(
     "/dlq/{runId}:discard",
     summary="End a dead run",
-    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+    responses={
+        200: {"model": models.Run},
+        409: {"model": models.Problem, "description": "invalid-state"},
+        **_errors,
+    },
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     await _owned_run(svc, caller, run_id, Role.team)

@@ -96,10 +96,3 @@ LIMIT 1
 -- name: record_audit
 INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
 VALUES (coalesce($7::timestamptz, now()), $1, $2, $3, $4, $5, $6::jsonb)
-
--- name: audit_of_job
-SELECT at, run_id, action, actor, detail
-FROM audit_log
-WHERE tenant = $1 AND job = $2
-ORDER BY id DESC
-LIMIT $3
