@@ -176,8 +176,9 @@ def load_file(path: Path) -> list[ScheduledJob]:
     deep = _too_deep(text)
     if deep is not None:
         raise ManifestError(
-            f"{path}: {deep}: nests deeper than {limits.MAX_BODY_DEPTH} levels (a payload "
-            f"may nest at most {limits.MAX_JSON_DEPTH})"
+            f"{path}: {deep}: JSON nests deeper than allowed (a payload at most "
+            f"{limits.MAX_JSON_DEPTH} levels of arrays and objects, a manifest at most "
+            f"{limits.MAX_BODY_DEPTH})"
         )
     try:
         documents = list(yaml.load_all(text, Loader=_LOADER))
