@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tickwork.api import problems, render
+from tickwork.core import limits
 from tickwork.core.errors import HeadersTooLarge, RequestTimeout, ServerBusy, TickworkError
 
 
@@ -45,13 +46,13 @@ class EdgeLimits:
     """What one API process accepts from the network."""
 
     # Request line and headers together (Node and h11 use 16 KiB too).
-    max_header_bytes: int = 16 * 1024
+    max_header_bytes: int = limits.MAX_HEADER_BYTES
     # From a connection's opening, or a request's first byte, to its last header.
-    header_timeout_seconds: float = 10.0
+    header_timeout_seconds: float = limits.HEADER_READ_TIMEOUT_SECONDS
     # An idle keep-alive connection is closed after this long (uvicorn's default).
     keep_alive_seconds: int = 5
     # Open connections, idle keep-alive ones included; over it: 503 and close.
-    max_connections: int = 1000
+    max_connections: int = limits.MAX_CONNECTIONS
     # Connections the kernel queues before the process accepts them.
     backlog: int = 1024
     # After an answer given before its request arrived whole: how long the rest is
