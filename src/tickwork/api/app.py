@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tickwork import __version__
 from tickwork.api import audit_routes, jobs_routes, ops_routes, problems, render, worker_routes
 from tickwork.api.services import Services
+from tickwork.api.ui import routes as dashboard
 from tickwork.core.errors import PayloadTooLarge
 
 DESCRIPTION = """\
@@ -152,5 +153,6 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(worker_routes.router)
     app.include_router(jobs_routes.router)
     app.include_router(audit_routes.router)
+    dashboard.install(app, services)
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     return app

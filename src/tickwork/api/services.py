@@ -29,6 +29,12 @@ class ApiSettings:
     # Enqueues per tenant per API process: a sustained rate and the burst above it.
     enqueue_rate: float = 1000.0
     enqueue_burst: float = 5000.0
+    # The dashboard: the secret that seals its session cookies (shared by every API
+    # replica; None draws one per process), how long a session lasts, and how often
+    # an open page refreshes its live region.
+    ui_secret: str | None = field(default=None, repr=False)
+    ui_session_seconds: int = 8 * 3600
+    ui_poll_seconds: float = 5.0
 
 
 @dataclass
