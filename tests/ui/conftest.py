@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from conftest import ApiServer, test_tokens
+from fastapi import FastAPI
 
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
