@@ -258,12 +258,18 @@ async def _populate(server: UiServer) -> dict[str, str]:
     return {"dead": dead.run_id, "running": running.run_id}
 
 
-async def test_every_page_reads_at_desktop_and_phone_width(
-    browser: Any, dashboard: UiServer, tmp_path: Path
-) -> None:
-    ids = await _populate(dashboard)
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
     folder = Path(os.environ.get("TICKWORK_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def test_every_page_reads_at_desktop_and_phone_width(
+    browser: Any, dashboard: UiServer, screenshots: Path
+) -> None:
+    ids = await _populate(dashboard)
+    folder = screenshots
     pages = {
         "overview": "/ui/",
         "jobs": "/ui/jobs",

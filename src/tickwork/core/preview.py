@@ -114,7 +114,7 @@ def _overlap(
     other = second if is_first else first
     which = "first" if is_first else "second"
     day = local.strftime("%a %d %b")
-    note = f"DST overlap: {_clock(local)} happens twice on {day} (clocks go back)"
+    note = f"{_clock(local)} happens twice on {day} (clocks go back)"
     if _fires_at(schedule, other):
         note += f"; runs at both, this is the {which} ({local.tzname()})"
     else:
@@ -144,7 +144,7 @@ def _gap(
         note = f"clocks went forward {_hours(now - before)} on {day} since the previous fire time"
         return FireTime(instant, local, Mark.shift, note)
     verb = "does" if len(missing) == 1 else "do"
-    gone = f"DST gap: {_names(missing)} {verb} not exist on {day} ({jump})"
+    gone = f"{_names(missing)} {verb} not exist on {day} ({jump})"
     if instant != change:
         return FireTime(instant, local, Mark.gap, f"{gone}; not run")
     if not _fires_at(fields, local.replace(tzinfo=UTC)):

@@ -6,18 +6,34 @@
   var body = document.body;
   var pollMs = parseInt(body.getAttribute("data-poll-ms"), 10) || 5000;
   var zoneName = (Intl.DateTimeFormat().resolvedOptions().timeZone) || "local time";
-  var localFormat = new Intl.DateTimeFormat(undefined, {
+  var parts = new Intl.DateTimeFormat("en-CA", {
     year: "numeric", month: "2-digit", day: "2-digit",
     hour: "2-digit", minute: "2-digit", second: "2-digit",
-    hour12: false, timeZoneName: "short"
+    hourCycle: "h23", timeZoneName: "short"
   });
+  var utcNames = { "UTC": true, "Etc/UTC": true, "Etc/GMT": true, "GMT": true, "Etc/Universal": true };
 
-  // Every instant also in the viewer's zone (the page shows the job's zone and UTC).
+  // "2026-03-29 03:00:00 CEST", as the server writes instants.
+  function local(instant, withSeconds) {
+    var p = {};
+    parts.formatToParts(instant).forEach(function (part) { p[part.type] = part.value; });
+    var time = p.hour + ":" + p.minute + (withSeconds ? ":" + p.second : "");
+    return p.year + "-" + p.month + "-" + p.day + " " + time + " " + (p.timeZoneName || "");
+  }
+
+  function sameZone(shown) {
+    if (!shown) { return false; }
+    return shown === zoneName || (utcNames[shown] && utcNames[zoneName]);
+  }
+
+  // Every instant also in the viewer's zone, unless the page already shows that zone.
   function localTimes(root) {
     root.querySelectorAll(".viewer[data-instant]").forEach(function (span) {
       var instant = new Date(span.getAttribute("data-instant"));
       if (isNaN(instant.getTime())) { return; }
-      span.textContent = localFormat.format(instant);
+      var placeholderOnly = span.hasAttribute("data-always");
+      if (sameZone(span.getAttribute("data-zone")) && !placeholderOnly) { return; }
+      span.textContent = local(instant, span.getAttribute("data-seconds") !== "no");
       span.title = "your time (" + zoneName + ")";
       span.hidden = false;
       var placeholder = span.parentNode.querySelector(".no-js");
