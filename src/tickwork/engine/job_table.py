@@ -12,7 +12,6 @@ import asyncio
 import enum
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from tickwork.core.records import JobRunSummary, Run
@@ -64,26 +63,24 @@ class Page:
 
 
 def _value(row: store.JobRow, column: Column) -> Any:
-    definition = row.definition
     if column is Column.zone:
-        schedule = definition.spec.schedule
-        return None if schedule is None else schedule.time_zone
+        return row.zone
     if column is Column.next:
         return row.next_run_at
     if column is Column.last:
         return row.last_finished_at
     if column is Column.paused:
-        return definition.paused
+        return row.paused
     if column is Column.active:
         return row.active
     if column is Column.dead:
         return row.dead
-    return definition.name
+    return row.name
 
 
 def _ordered(rows: list[store.JobRow], query: Query) -> list[store.JobRow]:
     """The order of the job_table query: the column (nulls last), then names ascending."""
-    rows = sorted(rows, key=lambda row: row.definition.name)
+    rows = sorted(rows, key=lambda row: row.name)
     if query.sort is Column.name:
         return rows[::-1] if query.descending else rows
     present = [row for row in rows if _value(row, query.sort) is not None]
@@ -116,7 +113,7 @@ async def page(database: Database, tenant: str, query: Query) -> Page:
     last_ids: dict[int, list[int]] = defaultdict(list)
     for row in chosen:
         if row.last_id is not None:
-            last_ids[row.definition.shard].append(row.last_id)
+            last_ids[row.shard].append(row.last_id)
 
     async def last_runs(shard: int, ids: list[int]) -> list[Run]:
         async with database.connection(shard) as conn:
@@ -126,22 +123,14 @@ async def page(database: Database, tenant: str, query: Query) -> Page:
     by_key = {(run.shard, run.id): run for runs in found for run in runs}
     views = [
         JobView(
-            row.definition,
+            row.definition(),
             JobRunSummary(
                 active=row.active,
                 dead=row.dead,
-                last_run=None
-                if row.last_id is None
-                else by_key.get((row.definition.shard, row.last_id)),
+                last_run=None if row.last_id is None else by_key.get((row.shard, row.last_id)),
                 next_scheduled=row.next_scheduled,
             ),
         )
         for row in chosen
     ]
     return Page(views, total, query)
-
-
-def next_run_at(view: JobView) -> datetime | None:
-    """When the job runs next, as the API's ``nextRunAt`` says."""
-    known = [i for i in (view.summary.next_scheduled, view.definition.next_due_at) if i]
-    return min(known) if known else None

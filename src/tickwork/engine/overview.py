@@ -145,6 +145,17 @@ async def tenants(database: Database, limit: int = TENANT_LIMIT) -> list[str]:
     return sorted({tenant for names in found for tenant in names})[:limit]
 
 
+async def dead_jobs(database: Database, tenant: str, limit: int = 200) -> list[str]:
+    """Names of the tenant's jobs that have runs in the DLQ."""
+
+    async def one(shard: int) -> list[str]:
+        async with database.connection(shard) as conn:
+            return await store.dead_jobs(conn, tenant, limit)
+
+    found = await asyncio.gather(*(one(n) for n in range(database.shard_count)))
+    return sorted({name for names in found for name in names})[:limit]
+
+
 def _minutes(start: datetime, counts: list[store.MinuteCounts]) -> list[Minute]:
     started: Counter[datetime] = Counter()
     succeeded: Counter[datetime] = Counter()

@@ -10,9 +10,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Final
 
-from tickwork.core.records import Definition, Run
+import orjson
+
+from tickwork.core.records import Definition, Row, Run
+from tickwork.core.spec import JobSpec
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
@@ -24,6 +28,7 @@ SHARD_OWNER: Final = queries.get("shard_owner")
 SHARD_TENANTS: Final = queries.get("shard_tenants")
 JOB_TABLE: Final = queries.get("job_table")
 RUNS_BY_IDS: Final = queries.get("runs_by_ids")
+DEAD_JOBS: Final = queries.get("dead_jobs")
 
 # Start lag buckets: bucket b holds lags in [1 ms * 1.1^b, 1 ms * 1.1^(b+1)).
 LAG_BUCKET_BASE: Final = 0.001
@@ -62,7 +67,14 @@ class EpochHolder:
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    definition: Definition
+    """A row of the job table; ``definition()`` parses its spec (cached: specs are
+    validated when written, and a page is asked for again at every refresh)."""
+
+    shard: int
+    row: Row
+    name: str
+    paused: bool
+    zone: str | None
     active: int
     dead: int
     next_scheduled: datetime | None
@@ -70,6 +82,26 @@ class JobRow:
     last_id: int | None
     last_finished_at: datetime | None
     total: int
+
+    def definition(self) -> Definition:
+        row = self.row
+        return Definition(
+            shard=self.shard,
+            tenant=row["tenant"],
+            name=row["name"],
+            spec=_spec(row["spec"]),
+            paused=row["paused"],
+            next_due_at=row["next_due_at"],
+            missed_dropped=row["missed_dropped"],
+            generation=row["generation"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@lru_cache(maxsize=20_000)
+def _spec(text: str) -> JobSpec:
+    return JobSpec.model_validate(orjson.loads(text))
 
 
 async def minutes(conn: Connection, tenant: str, since: datetime) -> list[MinuteCounts]:
@@ -122,7 +154,11 @@ async def job_table(
     rows = await conn.fetch(JOB_TABLE, tenant, contains, queue, show, sort, limit)
     return [
         JobRow(
-            definition=Definition.from_record(shard, row),
+            shard=shard,
+            row=row,
+            name=row["name"],
+            paused=row["paused"],
+            zone=row["zone"],
             active=row["active"],
             dead=row["dead"],
             next_scheduled=row["next_scheduled"],
@@ -133,6 +169,10 @@ async def job_table(
         )
         for row in rows
     ]
+
+
+async def dead_jobs(conn: Connection, tenant: str, limit: int) -> list[str]:
+    return [row["job"] for row in await conn.fetch(DEAD_JOBS, tenant, limit)]
 
 
 async def runs_by_ids(conn: Connection, shard: int, ids: Sequence[int]) -> list[Run]:

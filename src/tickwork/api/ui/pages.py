@@ -318,9 +318,6 @@ async def dlq_page(request: Request) -> Response:
             next_cursor = None
         now = await overview.current_time(svc.database, svc.jobs.clock)
         params = {"job": job, "since": _local_value(since), "until": _local_value(until)}
-        jobs_found = await job_table.page(
-            svc.database, who.tenant, job_table.Query(show=job_table.Show.dead, limit=200)
-        )
         url = web.url_maker(who)
         context = {
             "title": "DLQ",
@@ -329,7 +326,7 @@ async def dlq_page(request: Request) -> Response:
             "now": now,
             "params": params,
             "filtered": bool(job or since or until),
-            "job_names": [view.definition.name for view in jobs_found.jobs],
+            "job_names": await overview.dead_jobs(svc.database, who.tenant),
             "next_url": None
             if next_cursor is None
             else url("/ui/dlq", **params, cursor=next_cursor.encode()),

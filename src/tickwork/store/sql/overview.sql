@@ -44,8 +44,8 @@ GROUP BY queue, priority
 -- latest lease only while it is leased or finished (a retry moves ready_at on), hence
 -- the states and leased_at >= ready_at.
 SELECT priority,
-       floor(ln(greatest(extract(epoch FROM leased_at - ready_at), 0.001) / 0.001)
-             / $3)::integer AS bucket,
+       floor(ln(greatest(extract(epoch FROM leased_at - ready_at)::double precision, 0.001)
+                / 0.001) / $3)::integer AS bucket,
        count(*)::bigint AS leases
 FROM runs
 WHERE tenant = $1
@@ -61,6 +61,10 @@ SELECT count(*)::bigint FROM runs WHERE state = 'dead' AND tenant = $1
 -- name: shard_owner
 -- Who holds the shard's scheduler epoch, and since when (NULL: nobody took it).
 SELECT epoch, owner, acquired_at FROM shard_epoch
+
+-- name: dead_jobs
+-- Jobs of the tenant with runs in the DLQ, for the DLQ's job filter.
+SELECT DISTINCT job FROM runs WHERE state = 'dead' AND tenant = $1 ORDER BY job LIMIT $2
 
 -- name: shard_tenants
 -- Tenants with at least one job on this shard, for an admin's tenant picker.
@@ -78,6 +82,7 @@ WITH jobs AS (
            c.next_scheduled,
            l.id AS last_id,
            l.finished_at AS last_finished_at,
+           d.spec -> 'schedule' ->> 'timeZone' AS zone,
            least(d.next_due_at, c.next_scheduled) AS next_run_at
     FROM definitions AS d
     CROSS JOIN LATERAL (
@@ -118,8 +123,8 @@ ORDER BY
     CASE WHEN $5 = '-active' THEN active END DESC,
     CASE WHEN $5 = 'dead' THEN dead END ASC,
     CASE WHEN $5 = '-dead' THEN dead END DESC,
-    CASE WHEN $5 = 'zone' THEN spec -> 'schedule' ->> 'timeZone' END COLLATE "C" ASC NULLS LAST,
-    CASE WHEN $5 = '-zone' THEN spec -> 'schedule' ->> 'timeZone' END COLLATE "C" DESC NULLS LAST,
+    CASE WHEN $5 = 'zone' THEN zone END COLLATE "C" ASC NULLS LAST,
+    CASE WHEN $5 = '-zone' THEN zone END COLLATE "C" DESC NULLS LAST,
     CASE WHEN $5 = 'paused' THEN paused END ASC,
     CASE WHEN $5 = '-paused' THEN paused END DESC,
     CASE WHEN $5 = '-name' THEN name END COLLATE "C" DESC,
