@@ -270,3 +270,46 @@ async def test_other_tokens_are_refused_for_team_pages(dashboard: UiServer) -> N
     async with signed_in(dashboard, OTHER_TEAM_TOKEN) as client:
         assert (await client.get("/ui/")).status_code == 200
         assert (await client.get("/ui/nowhere")).status_code == 404
+
+
+async def test_run_now_and_cancel_are_audited_with_the_signed_in_actor(
+    dashboard: UiServer,
+) -> None:
+    await make_job(dashboard, "acme", "export")
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        page = await client.get("/ui/jobs/export")
+        token = csrf_of(page.text)
+        enqueued = await client.post(
+            "/ui/jobs/export/enqueue", data={"csrf": token, "next": "/ui/jobs/export"}
+        )
+        assert enqueued.status_code == 303
+        runs, _ = await dashboard.jobs.runs_of_job("acme", "export", None, None, 5)
+        assert [run.state.value for run in runs] == ["ready"]
+        assert (
+            f"Enqueued run {runs[0].run_id} of export: ready."
+            in (await client.get("/ui/jobs/export")).text
+        )
+        cancelled = await client.post(
+            f"/ui/runs/{runs[0].run_id}/cancel", data={"csrf": token, "next": "/ui/jobs/export"}
+        )
+        assert cancelled.status_code == 303
+    run, _ = await dashboard.jobs.run(runs[0].run_id)
+    assert run.state.value == "cancelled"
+    entries, _ = await audit.entries(dashboard.database, "acme", "export", None, 10)
+    assert [(e.action, e.actor) for e in entries[:2]] == [
+        ("cancel", "acme-team"),
+        ("enqueue", "acme-team"),
+    ]
+
+
+async def test_a_large_payload_is_shown_cut_and_downloads_whole(dashboard: UiServer) -> None:
+    await make_job(dashboard, "acme", "bulky")
+    payload = {"rows": ["x" * 100 for _ in range(1000)]}
+    run = await enqueue(dashboard, "acme", "bulky", payload=payload)
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        page = await client.get(f"/ui/runs/{run.run_id}")
+        assert "showing the first 16.0 KiB" in page.text
+        assert len(page.text) < 60_000
+        whole = await client.get(f"/ui/runs/{run.run_id}/payload")
+        assert whole.headers["content-disposition"].startswith("attachment")
+        assert whole.json() == payload

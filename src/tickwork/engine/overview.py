@@ -80,9 +80,8 @@ class Overview:
 
 @dataclass(frozen=True, slots=True)
 class _ShardPart:
-    minutes: list[store.MinuteCounts]
+    activity: store.Activity
     backlog: list[store.ReadyCount]
-    lag: list[store.LagBucket]
     dead: int
 
 
@@ -100,9 +99,8 @@ async def read(database: Database, tenant: str, clock: Clock | None = None) -> O
     async def shard_part(shard: int) -> _ShardPart:
         async with database.connection(shard) as conn:
             return _ShardPart(
-                minutes=await store.minutes(conn, tenant, start),
+                activity=await store.activity(conn, tenant, start),
                 backlog=await store.backlog(conn, tenant),
-                lag=await store.start_lag(conn, tenant, start),
                 dead=await store.dead(conn, tenant),
             )
 
@@ -114,9 +112,9 @@ async def read(database: Database, tenant: str, clock: Clock | None = None) -> O
         tenant=tenant,
         now=now,
         since=start,
-        minutes=_minutes(start, [m for part in parts for m in part.minutes]),
+        minutes=_minutes(start, [part.activity for part in parts]),
         backlog=_backlog(now, [b for part in parts for b in part.backlog]),
-        start_lag=_start_lag([bucket for part in parts for bucket in part.lag]),
+        start_lag=_start_lag([bucket for part in parts for bucket in part.activity.lag]),
         dead=sum(part.dead for part in parts),
         shards=shards,
     )
@@ -156,19 +154,18 @@ async def dead_jobs(database: Database, tenant: str, limit: int = 200) -> list[s
     return sorted({name for names in found for name in names})[:limit]
 
 
-def _minutes(start: datetime, counts: list[store.MinuteCounts]) -> list[Minute]:
-    started: Counter[datetime] = Counter()
-    succeeded: Counter[datetime] = Counter()
-    failed: Counter[datetime] = Counter()
-    for item in counts:
-        started[item.minute] += item.started
-        succeeded[item.minute] += item.succeeded
-        failed[item.minute] += item.failed
-    minutes = []
-    for index in range(WINDOW_MINUTES):
-        at = start + timedelta(minutes=index)
-        minutes.append(Minute(at, started[at], succeeded[at], failed[at]))
-    return minutes
+def _minutes(start: datetime, parts: list[store.Activity]) -> list[Minute]:
+    started: Counter[int] = Counter()
+    succeeded: Counter[int] = Counter()
+    failed: Counter[int] = Counter()
+    for part in parts:
+        started.update(part.started)
+        succeeded.update(part.succeeded)
+        failed.update(part.failed)
+    return [
+        Minute(start + timedelta(minutes=i), started[i], succeeded[i], failed[i])
+        for i in range(WINDOW_MINUTES)
+    ]
 
 
 def _backlog(now: datetime, counts: list[store.ReadyCount]) -> list[Backlog]:

@@ -7,8 +7,9 @@ Rows are returned as the store reads them; the engine merges shards and names th
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Final
@@ -20,9 +21,9 @@ from tickwork.core.spec import JobSpec
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-MINUTES: Final = queries.get("overview_minutes")
+RUNS: Final = queries.get("overview_runs")
+ATTEMPTS: Final = queries.get("overview_attempts")
 BACKLOG: Final = queries.get("overview_backlog")
-START_LAG: Final = queries.get("overview_start_lag")
 DEAD: Final = queries.get("overview_dead")
 SHARD_OWNER: Final = queries.get("shard_owner")
 SHARD_TENANTS: Final = queries.get("shard_tenants")
@@ -33,14 +34,6 @@ DEAD_JOBS: Final = queries.get("dead_jobs")
 # Start lag buckets: bucket b holds lags in [1 ms * 1.1^b, 1 ms * 1.1^(b+1)).
 LAG_BUCKET_BASE: Final = 0.001
 LAG_BUCKET_GROWTH: Final = 1.1
-
-
-@dataclass(frozen=True, slots=True)
-class MinuteCounts:
-    minute: datetime
-    started: int
-    succeeded: int
-    failed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +49,24 @@ class LagBucket:
     priority: int
     bucket: int
     leases: int
+
+
+# GROUPING() of the overview queries' grouping sets: a bit per argument left out.
+_STARTED_RUNS: Final = 0b0111
+_SUCCEEDED_RUNS: Final = 0b1011
+_LAG: Final = 0b1100
+_STARTED_ATTEMPTS: Final = 0b01
+_FAILED_ATTEMPTS: Final = 0b10
+
+
+@dataclass
+class Activity:
+    """Counts per minute of the window (0 = its first minute), and start lag buckets."""
+
+    started: Counter[int] = field(default_factory=Counter)
+    succeeded: Counter[int] = field(default_factory=Counter)
+    failed: Counter[int] = field(default_factory=Counter)
+    lag: list[LagBucket] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +115,24 @@ def _spec(text: str) -> JobSpec:
     return JobSpec.model_validate(orjson.loads(text))
 
 
-async def minutes(conn: Connection, tenant: str, since: datetime) -> list[MinuteCounts]:
-    rows = await conn.fetch(MINUTES, tenant, since)
-    return [
-        MinuteCounts(row["minute"], row["started"], row["succeeded"], row["failed"]) for row in rows
-    ]
+async def activity(conn: Connection, tenant: str, since: datetime) -> Activity:
+    """What the tenant's runs and attempts did on this shard since ``since``."""
+    found = Activity()
+    for row in await conn.fetch(RUNS, tenant, since, math.log(LAG_BUCKET_GROWTH)):
+        kind = row["grouping"]
+        if kind == _STARTED_RUNS and row["started"] is not None:
+            found.started[row["started"]] += row["runs"]
+        elif kind == _SUCCEEDED_RUNS and row["succeeded"] is not None:
+            found.succeeded[row["succeeded"]] += row["runs"]
+        elif kind == _LAG and row["lag"] is not None:
+            found.lag.append(LagBucket(row["priority"], row["lag"], row["runs"]))
+    for row in await conn.fetch(ATTEMPTS, tenant, since):
+        kind = row["grouping"]
+        if kind == _STARTED_ATTEMPTS and row["started"] is not None:
+            found.started[row["started"]] += row["attempts"]
+        elif kind == _FAILED_ATTEMPTS:
+            found.failed[row["finished"]] += row["failed"]
+    return found
 
 
 async def backlog(conn: Connection, tenant: str) -> list[ReadyCount]:
@@ -117,11 +141,6 @@ async def backlog(conn: Connection, tenant: str) -> list[ReadyCount]:
         ReadyCount(row["queue"], row["priority"], row["ready"], row["oldest_ready_at"])
         for row in rows
     ]
-
-
-async def start_lag(conn: Connection, tenant: str, since: datetime) -> list[LagBucket]:
-    rows = await conn.fetch(START_LAG, tenant, since, math.log(LAG_BUCKET_GROWTH))
-    return [LagBucket(row["priority"], row["bucket"], row["leases"]) for row in rows]
 
 
 async def dead(conn: Connection, tenant: str) -> int:

@@ -1,34 +1,51 @@
 -- The dashboard's aggregates of one tenant on one shard. $2 is the start of the window
 -- (the engine reads the clock); every query reads only that window or one state.
 
--- name: overview_minutes
--- Attempts started, succeeded and failed per minute since $2: finished attempts from
--- the attempt history (pruned to the window's day partitions), the attempts in flight
--- from their leased runs.
-WITH finished AS (
-    SELECT a.leased_at, a.finished_at, a.outcome
+-- name: overview_runs
+-- One pass over the tenant's runs touched since $2, counting per minute of the window
+-- (0 = the minute $2 starts): attempts started and runs succeeded, from each run's
+-- latest attempt when that attempt succeeded or is in flight (the other attempts are
+-- in overview_attempts); and the start lag (lease time minus ready time) of the latest
+-- leases, as counts per priority in buckets 10 % wide from 1 ms ($3 = ln 1.1): shards
+-- merge by adding counts, which percentiles cannot. A run's ready and lease times
+-- belong together only while it is leased or finished (a retry moves ready_at on),
+-- hence the states and leased_at >= ready_at. `grouping` tells the three counts apart.
+WITH recent AS (
+    SELECT priority,
+           CASE WHEN state IN ('leased', 'succeeded') AND leased_at >= $2
+                THEN floor(date_part('epoch', leased_at - $2) / 60)::integer END AS started,
+           CASE WHEN state = 'succeeded' AND finished_at >= $2
+                THEN floor(date_part('epoch', finished_at - $2) / 60)::integer END AS succeeded,
+           CASE WHEN leased_at >= $2 AND leased_at >= ready_at
+                     AND state IN ('leased', 'succeeded', 'dead', 'cancelled', 'discarded')
+                THEN floor(ln(greatest(date_part('epoch', leased_at - ready_at),
+                                       0.001) / 0.001) / $3)::integer END AS lag
+    FROM runs
+    WHERE tenant = $1
+      AND (leased_at >= $2 OR finished_at >= $2)
+)
+SELECT GROUPING(started, succeeded, priority, lag) AS grouping, started, succeeded,
+       priority, lag, count(*)::bigint AS runs
+FROM recent
+GROUP BY GROUPING SETS ((started), (succeeded), (priority, lag))
+
+-- name: overview_attempts
+-- The attempts that did not succeed, finished since $2 (the attempt history is pruned
+-- to the window's day partitions): when they started and, per minute, how many failed
+-- or lost their lease (a cancelled attempt started but did not fail).
+WITH ended AS (
+    SELECT CASE WHEN a.leased_at >= $2
+                THEN floor(date_part('epoch', a.leased_at - $2) / 60)::integer END AS started,
+           floor(date_part('epoch', a.finished_at - $2) / 60)::integer AS finished,
+           a.outcome IN ('failed', 'lease-expired') AS failed
     FROM attempts AS a
     JOIN runs AS r ON r.id = a.run_id
-    WHERE a.finished_at >= $2 AND r.tenant = $1
-), events AS (
-    SELECT date_trunc('minute', leased_at) AS minute, 1 AS started, 0 AS succeeded,
-           0 AS failed
-    FROM finished
-    WHERE leased_at >= $2
-    UNION ALL
-    SELECT date_trunc('minute', finished_at), 0, (outcome = 'succeeded')::integer,
-           (outcome IN ('failed', 'lease-expired'))::integer
-    FROM finished
-    UNION ALL
-    SELECT date_trunc('minute', leased_at), 1, 0, 0
-    FROM runs
-    WHERE state = 'leased' AND tenant = $1 AND leased_at >= $2
+    WHERE a.finished_at >= $2 AND a.outcome <> 'succeeded' AND r.tenant = $1
 )
-SELECT minute, sum(started)::bigint AS started, sum(succeeded)::bigint AS succeeded,
-       sum(failed)::bigint AS failed
-FROM events
-GROUP BY minute
-ORDER BY minute
+SELECT GROUPING(started, finished) AS grouping, started, finished,
+       count(*)::bigint AS attempts, count(*) FILTER (WHERE failed)::bigint AS failed
+FROM ended
+GROUP BY GROUPING SETS ((started), (finished))
 
 -- name: overview_backlog
 -- Ready runs per queue and priority, with the oldest ready time.
@@ -36,24 +53,6 @@ SELECT queue, priority, count(*)::bigint AS ready, min(ready_at) AS oldest_ready
 FROM runs
 WHERE state = 'ready' AND tenant = $1
 GROUP BY queue, priority
-
--- name: overview_start_lag
--- Start lag (lease time minus ready time) of the leases granted since $2, as counts per
--- priority in buckets 10 % wide from 1 ms ($3 = ln 1.1): shards are merged by adding
--- counts, which percentiles cannot be. A run keeps the ready and lease times of its
--- latest lease only while it is leased or finished (a retry moves ready_at on), hence
--- the states and leased_at >= ready_at.
-SELECT priority,
-       floor(ln(greatest(extract(epoch FROM leased_at - ready_at)::double precision, 0.001)
-                / 0.001) / $3)::integer AS bucket,
-       count(*)::bigint AS leases
-FROM runs
-WHERE tenant = $1
-  AND leased_at >= $2
-  AND leased_at >= ready_at
-  AND (finished_at IS NULL OR finished_at >= $2)
-  AND state IN ('leased', 'succeeded', 'dead', 'cancelled', 'discarded')
-GROUP BY priority, bucket
 
 -- name: overview_dead
 SELECT count(*)::bigint FROM runs WHERE state = 'dead' AND tenant = $1
