@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, TypeVar
 
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.spec import Priority
 from tickwork.engine.jobs import database_now
 from tickwork.store import overview as store
-from tickwork.store.database import Database
+from tickwork.store.database import Connection, Database
+
+T = TypeVar("T")
 
 WINDOW_MINUTES: Final = 60
 TENANT_LIMIT: Final = 1000
@@ -97,12 +100,17 @@ async def read(database: Database, tenant: str, clock: Clock | None = None) -> O
     start = now.replace(second=0, microsecond=0) - timedelta(minutes=WINDOW_MINUTES - 1)
 
     async def shard_part(shard: int) -> _ShardPart:
-        async with database.connection(shard) as conn:
-            return _ShardPart(
-                activity=await store.activity(conn, tenant, start),
-                backlog=await store.backlog(conn, tenant),
-                dead=await store.dead(conn, tenant),
-            )
+        # Each read in a connection of its own: the database works on them side by side.
+        async def on(read: Callable[[Connection], Awaitable[T]]) -> T:
+            async with database.connection(shard) as conn:
+                return await read(conn)
+
+        activity, backlog, dead = await asyncio.gather(
+            on(lambda conn: store.activity(conn, tenant, start)),
+            on(lambda conn: store.backlog(conn, tenant)),
+            on(lambda conn: store.dead(conn, tenant)),
+        )
+        return _ShardPart(activity=activity, backlog=backlog, dead=dead)
 
     parts, shards = await asyncio.gather(
         asyncio.gather(*(shard_part(n) for n in range(database.shard_count))),

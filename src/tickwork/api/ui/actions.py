@@ -17,7 +17,7 @@ from starlette.responses import Response
 from tickwork.api.auth import Role
 from tickwork.api.services import services
 from tickwork.api.ui import sessions, web
-from tickwork.api.ui.pages import _job_name, owned_run
+from tickwork.api.ui.pages import job_name, owned_run
 from tickwork.core.errors import InvalidRequest, TickworkError
 from tickwork.core.records import Run, State
 from tickwork.engine.jobs import EnqueueRequest
@@ -134,7 +134,7 @@ async def logout(request: Request) -> Response:
 
 async def _pause(request: Request, name: str, paused: bool) -> Response:
     async def action(who: web.Viewer, fields: web.Form) -> Response:
-        await services(request).jobs.set_paused(who.tenant, _job_name(name), paused, who.actor)
+        await services(request).jobs.set_paused(who.tenant, job_name(name), paused, who.actor)
         verb = "Paused" if paused else "Resumed"
         return web.redirect(request, _back(fields), ("ok", f"{verb} {name}."))
 
@@ -159,7 +159,7 @@ async def enqueue(name: str, request: Request) -> Response:
         if svc.quota is not None:
             svc.quota.take(who.tenant, 1)
         run, created = await svc.jobs.enqueue(
-            who.tenant, _job_name(name), EnqueueRequest(), who.actor
+            who.tenant, job_name(name), EnqueueRequest(), who.actor
         )
         if created:
             svc.metrics.enqueued.inc()

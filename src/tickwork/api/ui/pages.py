@@ -26,7 +26,7 @@ from tickwork.core.records import PENDING, Run, State
 from tickwork.core.spec import check_name
 from tickwork.engine import job_table, overview
 from tickwork.engine.cursors import Position
-from tickwork.engine.jobs import DeadCursor
+from tickwork.engine.jobs import DeadCursor, JobView
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -81,7 +81,8 @@ def _local_value(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def _job_name(name: str) -> str:
+def job_name(name: str) -> str:
+    """``name`` if it can be a job's name; else the page is not found."""
     try:
         check_name(name)
     except ValueError as error:
@@ -116,7 +117,8 @@ async def overview_page(request: Request) -> Response:
     return await serve(request, page)
 
 
-def _job_row(view: Any, now: datetime) -> dict[str, Any]:
+def _job_row(view: JobView) -> dict[str, Any]:
+    """The API's Job document, with what the table shows besides."""
     document = render.job(view)
     schedule = view.definition.spec.schedule
     document.update(
@@ -176,7 +178,7 @@ async def jobs_page(request: Request) -> Response:
             "title": "Jobs",
             "section": "jobs",
             "page": found,
-            "rows": [_job_row(view, now) for view in found.jobs],
+            "rows": [_job_row(view) for view in found.jobs],
             "now": now,
             "params": params | {"show": show.value},
             "shows": SHOWS,
@@ -198,7 +200,7 @@ async def job_page(name: str, request: Request) -> Response:
     svc = services(request)
 
     async def page(who: web.Viewer) -> Response:
-        view = await svc.jobs.get(who.tenant, _job_name(name))
+        view = await svc.jobs.get(who.tenant, job_name(name))
         document = render.job(view)
         runs, _ = await svc.jobs.runs_of_job(who.tenant, name, None, None, RECENT_RUNS)
         now = await overview.current_time(svc.database, svc.jobs.clock)

@@ -57,6 +57,14 @@ class SignInNeeded(Exception):
     """No valid session: pages redirect to the sign-in form, live refreshes get 401."""
 
 
+class CsrfRefused(TickworkError):
+    """A form the dashboard did not send, or could not read: nothing was changed."""
+
+    slug = "forbidden"
+    status = 403
+    title = "Form refused"
+
+
 @dataclass(frozen=True, slots=True)
 class Asset:
     body: bytes
@@ -225,12 +233,6 @@ async def form(request: Request) -> Form:
     except (UnicodeDecodeError, ValueError) as error:
         raise CsrfRefused(f"the form could not be read: {error}") from error
     return Form(fields)
-
-
-class CsrfRefused(TickworkError):
-    slug = "forbidden"
-    status = 403
-    title = "Form refused"
 
 
 def _same_origin(request: Request) -> bool:
