@@ -7,6 +7,7 @@ desktop and phone widths in DIR (the screenshots of docs/dashboard.md come from 
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -236,7 +237,7 @@ async def _populate(server: UiServer) -> dict[str, str]:
     jobs, dispatcher = Jobs(server.database, clock), Dispatcher(server.database, clock)
     for minute in range(56):
         clock.set(now - timedelta(minutes=58 - minute))
-        for _ in range(1 + minute % 4):
+        for _ in range(3 + round(2 * math.sin(minute / 6))):
             await jobs.enqueue("acme", "hello", EnqueueRequest(), "demo")
         clock.advance(0.4)
         leases = await dispatcher.lease(["default"], 10, "worker-a1", 30, "acme")
