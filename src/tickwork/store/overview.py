@@ -11,13 +11,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Final
 
-import orjson
-
 from tickwork.core.records import Definition, Row, Run
-from tickwork.core.spec import JobSpec
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
@@ -78,8 +74,7 @@ class EpochHolder:
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    """A row of the job table; ``definition()`` parses its spec (cached: specs are
-    validated when written, and a page is asked for again at every refresh)."""
+    """A row of the job table; only the rows of the page shown become Definitions."""
 
     shard: int
     row: Row
@@ -95,24 +90,7 @@ class JobRow:
     total: int
 
     def definition(self) -> Definition:
-        row = self.row
-        return Definition(
-            shard=self.shard,
-            tenant=row["tenant"],
-            name=row["name"],
-            spec=_spec(row["spec"]),
-            paused=row["paused"],
-            next_due_at=row["next_due_at"],
-            missed_dropped=row["missed_dropped"],
-            generation=row["generation"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
-
-
-@lru_cache(maxsize=20_000)
-def _spec(text: str) -> JobSpec:
-    return JobSpec.model_validate(orjson.loads(text))
+        return Definition.from_record(self.shard, self.row)
 
 
 async def activity(conn: Connection, tenant: str, since: datetime) -> Activity:
