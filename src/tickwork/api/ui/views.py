@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
+from tickwork.core import zones
 from tickwork.core.records import Run, State
 
 PAYLOAD_VIEW_BYTES: Final = 16 * 1024
@@ -41,10 +42,11 @@ def tone(state: str | State | None) -> str:
 
 
 def zone_of(name: str | None) -> ZoneInfo:
+    """The zone ``name`` from tickwork's zone database (UTC for none or an unknown one)."""
     try:
-        return ZoneInfo(name or "UTC")
-    except (ValueError, KeyError):
-        return ZoneInfo("UTC")
+        return zones.get(name or "UTC")
+    except zones.UnknownZone:
+        return zones.get("UTC")
 
 
 def iso(instant: datetime | None) -> str:
