@@ -33,8 +33,10 @@ async def act(request: Request, action: Action, default_next: str = "/ui/") -> R
     """Check the session and the CSRF token, run ``action``; a refusal comes back as a
     notice on the page the form was on."""
     try:
+        # The session first: nobody without one gets the body read.
+        principal, session = await web.signed_in(request)
         fields = await web.form(request)
-        who = await web.viewer(request, tenant=fields.get("tenant") or "")
+        who = web.acting(principal, session, fields.get("tenant"))
     except web.SignInNeeded:
         return web.sign_in_redirect(request)
     except TickworkError as error:
@@ -63,7 +65,7 @@ async def login_form(request: Request) -> Response:
     next_path = web.local_path(request.query_params.get("next"))
     if ui.sealer.session(request.cookies.get(sessions.SESSION_COOKIE)) is not None:
         try:
-            await web.viewer(request, tenant="")
+            await web.signed_in(request)
         except (web.SignInNeeded, TickworkError):
             pass
         else:

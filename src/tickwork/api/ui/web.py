@@ -204,8 +204,9 @@ def here(request: Request) -> str:
     return request.url.path + (f"?{query}" if query else "")
 
 
-async def viewer(request: Request, tenant: str | None = None) -> Viewer:
-    """The signed-in viewer acting for ``tenant`` (the URL's ``tenant`` by default)."""
+async def signed_in(request: Request) -> tuple[Principal, sessions.Session]:
+    """The principal of the request's session cookie, authenticated again through the
+    API's authenticator (``SignInNeeded`` without a valid one). Reads no body."""
     ui = dashboard(request)
     session = ui.sealer.session(request.cookies.get(sessions.SESSION_COOKIE))
     if session is None:
@@ -215,10 +216,19 @@ async def viewer(request: Request, tenant: str | None = None) -> Viewer:
         raise SignInNeeded()
     if principal.role is Role.worker:
         raise Forbidden("a worker token cannot use the dashboard")
-    requested = tenant if tenant is not None else request.query_params.get("tenant")
-    requested = requested or None
-    acting = principal.tenant_for(requested)
-    return Viewer(principal, session, acting, acting_for=acting != principal.tenant)
+    return principal, session
+
+
+def acting(principal: Principal, session: sessions.Session, tenant: str | None) -> Viewer:
+    """The viewer acting for ``tenant`` (its own when None or empty)."""
+    chosen = principal.tenant_for(tenant or None)
+    return Viewer(principal, session, chosen, acting_for=chosen != principal.tenant)
+
+
+async def viewer(request: Request) -> Viewer:
+    """The signed-in viewer acting for the URL's ``tenant``."""
+    principal, session = await signed_in(request)
+    return acting(principal, session, request.query_params.get("tenant"))
 
 
 async def form(request: Request) -> Form:
