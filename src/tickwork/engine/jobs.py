@@ -124,11 +124,16 @@ class Jobs:
                 )
         merged = list(heapq.merge(*per_shard, key=lambda d: d.name))
         page = merged[:limit]
-        views = []
+        # One grouped read per shard that holds a job of the page, not one per job.
+        by_shard: dict[int, list[str]] = {}
         for definition in page:
-            async with self.database.connection(definition.shard) as conn:
-                summary = await runs.summary_of_job(conn, definition.shard, tenant, definition.name)
-            views.append(JobView(definition, summary))
+            by_shard.setdefault(definition.shard, []).append(definition.name)
+        summaries: dict[tuple[int, str], JobRunSummary] = {}
+        for shard, names in by_shard.items():
+            async with self.database.connection(shard) as conn:
+                found = await runs.summaries_of_jobs(conn, shard, tenant, names)
+            summaries.update(((shard, name), summary) for name, summary in found.items())
+        views = [JobView(d, summaries[(d.shard, d.name)]) for d in page]
         more = len(merged) > limit
         return views, (page[-1].name if more and page else None)
 

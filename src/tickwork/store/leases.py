@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar
 import asyncpg
 import orjson
 
-from tickwork.core import backoff, shards
+from tickwork.core import backoff, fairness, shards
 from tickwork.core.errors import NotFound, StaleLease, TickworkError
 from tickwork.core.records import (
     UNRESTRICTED,
@@ -43,6 +43,8 @@ LOCK_EXPIRED: Final = queries.get("lock_expired")
 RECORD_FAILURES: Final = queries.get("record_failures")
 COMPLETION_OF: Final = queries.get("completion_of")
 RUN_STATE: Final = "SELECT state, tenant, queue FROM runs WHERE id = $1"
+# The passes of claims made without a dispatcher's own (tests, tools): process-wide.
+SHARED_PRIORITY_SHARES: Final = fairness.PriorityShares()
 PROMOTE_DUE: Final = queries.get("promote_due")
 SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
 SECONDS_UNTIL_NEXT_DUE: Final = queries.get("seconds_until_next_due")
@@ -62,14 +64,33 @@ async def claim(
     lease_seconds: float,
     now: datetime | None = None,
     tenant: str | None = None,
+    shares: fairness.PriorityShares | None = None,
 ) -> list[Lease]:
-    """Lease up to ``limit`` ready runs of ``queues`` (of ``tenant`` only, if given):
-    priority first, then oldest ready."""
+    """Lease up to ``limit`` ready runs of ``queues`` (of ``tenant`` only, if given).
+
+    Priorities share the batch by their weights (``shares``), tenants take turns within
+    a priority, oldest ready first within a tenant; see the ``claim`` query. The leases
+    come back by priority, then oldest ready.
+    """
     if not 1 <= limit <= MAX_BATCH:
         raise ValueError(f"limit must be 1..{MAX_BATCH}")
-    rows = await conn.fetch(CLAIM, list(queues), limit, worker_id, now, lease_seconds, tenant)
+    shares = shares or SHARED_PRIORITY_SHARES
+    rows = await conn.fetch(
+        CLAIM,
+        list(queues),
+        limit,
+        worker_id,
+        now,
+        lease_seconds,
+        tenant,
+        shares.passes,
+        shares.weights,
+        shares.seed(),
+    )
+    shares.record(row["priority"] for row in rows)
     if any(row["concurrency"] for row in rows):
         rows = await _settle_limits(conn, rows, now)
+    rows.sort(key=lambda row: (row["priority"], row["ready_at"], row["id"]))
     return [
         Lease(
             shard,
