@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -9,10 +11,12 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import Authenticator, Principal, authenticate_header
+from tickwork.core import fairness
+from tickwork.engine import quotas
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
-from tickwork.engine.quotas import EnqueueQuota
+from tickwork.engine.quotas import Admission
 from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
 
@@ -26,9 +30,25 @@ class ApiSettings:
     long_poll_recheck_seconds: float = 5.0
     default_page_size: int = 50
     max_page_size: int = 500
-    # Enqueues per tenant per API process: a sustained rate and the burst above it.
-    enqueue_rate: float = 1000.0
-    enqueue_burst: float = 5000.0
+    # Per tenant, shared by every API process: a sustained enqueue rate, the burst above
+    # it, and the most runs waiting (scheduled, ready, retry_wait). The tokens file may
+    # set them per tenant.
+    enqueue_rate: float = quotas.DEFAULT_ENQUEUE_RATE
+    enqueue_burst: float = quotas.DEFAULT_ENQUEUE_BURST
+    max_pending_runs: int = quotas.DEFAULT_MAX_PENDING_RUNS
+    quota_overrides: Mapping[str, Mapping[str, float | int]] = field(default_factory=dict)
+    # Claims split critical/default/bulk by these weights when all have ready work.
+    priority_weights: tuple[float, float, float] = fairness.DEFAULT_WEIGHTS
+
+    def tenant_limits(self) -> dict[str, quotas.TenantLimits]:
+        defaults = self.default_limits()
+        return {
+            tenant: dataclasses.replace(defaults, **given)  # type: ignore[arg-type]
+            for tenant, given in self.quota_overrides.items()
+        }
+
+    def default_limits(self) -> quotas.TenantLimits:
+        return quotas.TenantLimits(self.enqueue_rate, self.enqueue_burst, self.max_pending_runs)
 
 
 @dataclass
@@ -40,11 +60,16 @@ class Services:
     authenticator: Authenticator
     metrics: Metrics
     settings: ApiSettings = field(default_factory=ApiSettings)
-    quota: EnqueueQuota | None = None
+    quota: Admission | None = None
 
     def __post_init__(self) -> None:
         if self.quota is None:
-            self.quota = EnqueueQuota(self.settings.enqueue_rate, self.settings.enqueue_burst)
+            self.quota = quotas.TenantQuotas(
+                self.database,
+                self.settings.default_limits(),
+                self.settings.tenant_limits(),
+                self.jobs.clock,
+            )
 
 
 def services(request: Request) -> Services:

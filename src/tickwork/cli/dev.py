@@ -15,6 +15,7 @@ import click
 from tickwork.api.app import create_app
 from tickwork.api.auth import Authenticator, Role, StaticTokens, TokenEntry, generate_token
 from tickwork.api.server import HttpServer
+from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
 from tickwork.core.shards import ShardMap
 from tickwork.engine import manifests
@@ -125,6 +126,7 @@ def _embedded_postgres(data_dir: Path) -> Any:
     is_flag=True,
     help="Also run the demo worker for the example jobs, and enqueue one run of each at start.",
 )
+@options.quota_options
 def dev(
     port: int,
     shards: int,
@@ -133,6 +135,10 @@ def dev(
     manifest_dir: Path | None,
     tokens_file: Path | None,
     demo_worker: bool,
+    enqueue_rate: float,
+    enqueue_burst: float,
+    max_pending_runs: int,
+    priority_weights: options.Weights,
 ) -> None:
     """Every role in one process: for a laptop, a demo or a test."""
     options.configure_logging()
@@ -159,6 +165,9 @@ def dev(
             _run(
                 ShardMap.from_dsns([database_url], shards),
                 authenticator,
+                options.api_settings(
+                    enqueue_rate, enqueue_burst, max_pending_runs, priority_weights, authenticator
+                ),
                 admin_token,
                 port,
                 manifest_dir,
@@ -174,6 +183,7 @@ def dev(
 async def _run(
     shard_map: ShardMap,
     authenticator: Authenticator,
+    settings: ApiSettings,
     admin_token: str | None,
     port: int,
     manifest_dir: Path | None,
@@ -185,7 +195,7 @@ async def _run(
         await migrate.migrate_all(shard_map.shards)
         async with Database(shard_map) as database:
             metrics = Metrics()
-            services = runtime.api_services(database, authenticator, metrics)
+            services = runtime.api_services(database, authenticator, metrics, settings)
             http = HttpServer(create_app(services), "127.0.0.1", port)
             url = await http.start()
             scheduler = Scheduler(database, metrics=metrics)

@@ -10,7 +10,6 @@ import click
 from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
 from tickwork.api.server import HttpServer
-from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
 from tickwork.core.errors import SchemaMismatch
 from tickwork.engine.metrics import Metrics
@@ -75,7 +74,8 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="TICKWORK_TOKENS_FILE",
     required=True,
-    help="YAML list of {token, tenant, role, queues}. [env TICKWORK_TOKENS_FILE]",
+    help="YAML list of {token, tenant, role, queues}, optionally with the tenant's "
+    "enqueueRate, enqueueBurst, maxPendingRuns. [env TICKWORK_TOKENS_FILE]",
 )
 @options.quota_options
 def dispatcher(
@@ -86,6 +86,8 @@ def dispatcher(
     tokens_file: Path,
     enqueue_rate: float,
     enqueue_burst: float,
+    max_pending_runs: int,
+    priority_weights: options.Weights,
 ) -> None:
     """Serve the HTTP API (stateless; run as many as needed)."""
     options.configure_logging()
@@ -100,7 +102,9 @@ def dispatcher(
         remove = runtime.stop_on_signals(stop)
         try:
             async with Database(shard_map) as database:
-                settings = ApiSettings(enqueue_rate=enqueue_rate, enqueue_burst=enqueue_burst)
+                settings = options.api_settings(
+                    enqueue_rate, enqueue_burst, max_pending_runs, priority_weights, tokens
+                )
                 services = runtime.api_services(database, tokens, Metrics(), settings)
                 server = HttpServer(create_app(services), host, port)
                 click.echo(f"tickwork API on {await server.start()}")

@@ -60,9 +60,7 @@ class PriorityShares:
             taken[rank] += 1
         if not any(taken):
             return
-        reached = max(
-            self.passes[p] + taken[p] / self.weights[p] for p in range(3) if taken[p]
-        )
+        reached = max(self.passes[p] + taken[p] / self.weights[p] for p in range(3) if taken[p])
         for p in range(3):
             if taken[p]:
                 self.passes[p] += taken[p] / self.weights[p]

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import NotFound, TickworkError
+from tickwork.core.fairness import PriorityShares
 from tickwork.core.records import (
     UNRESTRICTED,
     Beat,
@@ -57,10 +58,13 @@ class Dispatcher:
         database: Database,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        shares: PriorityShares | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
         self.rng = rng
+        # The stride passes of the priority weights, carried from one claim to the next.
+        self.shares = shares or PriorityShares()
         self._start = itertools.count()
 
     async def lease(
@@ -87,6 +91,7 @@ class Dispatcher:
                     lease_seconds,
                     self.clock.now(),
                     tenant,
+                    self.shares,
                 )
             if len(granted) >= limit:
                 break

@@ -134,11 +134,14 @@ SELECT * FROM live_runs
 UNION ALL
 SELECT * FROM finished_runs;
 
--- Per tenant and shard, the enqueue rate bucket: shared by every dispatcher replica.
+-- The enqueue rate bucket of a tenant, kept on one shard (a hash of the tenant) and
+-- shared by every dispatcher replica: N replicas admit the rate once, not N times.
+-- `admitted` tells the caller whether its last take fitted.
 CREATE TABLE enqueue_buckets (
     tenant     text PRIMARY KEY,
     tokens     double precision NOT NULL,
-    at         timestamptz NOT NULL
+    at         timestamptz NOT NULL,
+    admitted   boolean NOT NULL
 ) WITH (fillfactor = 50);
 
 ANALYZE live_runs;

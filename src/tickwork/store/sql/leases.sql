@@ -164,8 +164,9 @@ SET state = 'leased',
         clock.now + make_interval(secs => $5::double precision),
         clock.now + make_interval(secs => r.timeout_seconds)),
     updated_at = clock.now
-FROM picked, clock
-WHERE r.id = picked.id
+FROM clock
+-- = ANY(ARRAY(...)): primary-key probes, never a hash join over the whole table.
+WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
           r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
           r.lease_expires_at, r.deadline, r.payload, r.concurrency
