@@ -8,11 +8,13 @@ WITH clock AS (
     SELECT coalesce($5::timestamptz, clock_timestamp()) AS now
 )
 INSERT INTO enqueue_buckets AS b (tenant, tokens, at, admitted)
-SELECT $1, CASE WHEN $2 <= $4 THEN $4 - $2 ELSE $4 END, clock.now, $2 <= $4
+SELECT $1::text,
+       CASE WHEN $2::double precision <= $4::double precision THEN $4 - $2 ELSE $4 END,
+       clock.now, $2 <= $4
 FROM clock
 ON CONFLICT (tenant) DO UPDATE
 SET tokens = CASE
-        WHEN least($4, b.tokens + greatest(0, extract(epoch FROM excluded.at - b.at)) * $3)
+        WHEN least($4, b.tokens + greatest(0, extract(epoch FROM excluded.at - b.at)) * $3::double precision)
              >= $2
         THEN least($4, b.tokens + greatest(0, extract(epoch FROM excluded.at - b.at)) * $3)
              - $2
