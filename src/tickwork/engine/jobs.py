@@ -253,10 +253,8 @@ class Jobs:
                 await definitions.get(conn, shard, tenant, name)  # raises NotFound
                 raise AssertionError("unreachable")
             now = await database_now(conn, self.clock)
-            results = [
-                await runs.insert(conn, shard, self._new_run(definition, r, now), self.clock.now())
-                for r in requests
-            ]
+            news = [self._new_run(definition, r, now) for r in requests]
+            results = await runs.insert_many(conn, shard, news, self.clock.now())
             created = sum(1 for _, was_created in results if was_created)
             if created:
                 await runs.audit(

@@ -24,6 +24,8 @@ from tickwork.store.database import Connection
 
 INSERT_RUN: Final = queries.get("insert_run")
 RUN_BY_KEY: Final = queries.get("run_by_key")
+NEW_RUN_IDS: Final = queries.get("new_run_ids")
+INSERT_RUNS: Final = queries.get("insert_runs")
 RUN_BY_ID: Final = queries.get("run_by_id")
 RUNS_OF_JOB: Final = queries.get("runs_of_job")
 ATTEMPTS_OF_RUN: Final = queries.get("attempts_of_run")
@@ -77,6 +79,50 @@ async def insert(
     if run.state is State.ready:
         await notify_ready(conn, [run.queue])
     return run, True
+
+
+async def insert_many(
+    conn: Connection, shard: int, news: list[NewRun], now: datetime | None = None
+) -> list[tuple[Run, bool]]:
+    """``insert`` for many runs, in two statements whatever their number (ids first, so
+    each inserted row is matched to its request); one ``(run, created)`` per request."""
+    if not news:
+        return []
+    ids = [row["id"] for row in await conn.fetch(NEW_RUN_IDS, len(news))]
+    rows = await conn.fetch(
+        INSERT_RUNS,
+        ids,
+        [n.tenant for n in news],
+        [n.job for n in news],
+        [n.queue for n in news],
+        [n.priority for n in news],
+        [n.origin.value for n in news],
+        [n.max_attempts for n in news],
+        [n.retry_base for n in news],
+        [n.retry_max for n in news],
+        [n.timeout_seconds for n in news],
+        [n.due_at for n in news],
+        [n.ready_at for n in news],
+        [n.idempotency_key for n in news],
+        [n.payload_json for n in news],
+        now,
+        [n.concurrency for n in news],
+    )
+    inserted = {row["id"]: Run.from_record(shard, row) for row in rows}
+    results: list[tuple[Run, bool]] = []
+    for run_id, new in zip(ids, news, strict=True):
+        run = inserted.get(run_id)
+        if run is not None:
+            results.append((run, True))
+            continue
+        existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
+        if existing is None:  # pragma: no cover - the conflicting row committed first
+            raise RuntimeError("idempotency conflict without a visible row")
+        results.append((Run.from_record(shard, existing), False))
+    await notify_ready(
+        conn, sorted({run.queue for run in inserted.values() if run.state is State.ready})
+    )
+    return results
 
 
 async def notify_ready(conn: Connection, queues: list[str]) -> None:

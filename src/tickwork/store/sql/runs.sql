@@ -29,6 +29,47 @@ FROM new, clock
 WHERE $13::text IS NULL OR EXISTS (SELECT 1 FROM claimed_key)
 RETURNING *
 
+-- name: new_run_ids
+SELECT nextval('run_ids') AS id FROM generate_series(1, $1)
+
+-- name: insert_runs
+-- Many runs of one job in one statement ($1 the ids drawn by new_run_ids); like
+-- insert_run, a run whose idempotency key is taken is left out.
+WITH clock AS (
+    SELECT coalesce($15::timestamptz, now()) AS now
+), new AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::smallint[],
+                $6::text[], $7::integer[], $8::double precision[], $9::double precision[],
+                $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[],
+                $14::jsonb[], $16::integer[])
+         AS n(id, tenant, job, queue, priority, origin, max_attempts, retry_base,
+              retry_max, timeout_seconds, due_at, ready_at, idempotency_key, payload,
+              concurrency)
+), claimed_keys AS (
+    INSERT INTO run_keys (tenant, job, idempotency_key, run_id, created_at)
+    SELECT tenant, job, idempotency_key, id, clock.now
+    FROM new, clock
+    WHERE idempotency_key IS NOT NULL
+    ORDER BY id
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+)
+INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                       retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                       idempotency_key, payload, created_at, updated_at, concurrency)
+SELECT new.id, new.tenant, new.job, new.queue, new.priority,
+       CASE WHEN coalesce(new.ready_at, clock.now) <= clock.now THEN 'ready'
+            ELSE 'scheduled' END,
+       new.origin, new.max_attempts, new.retry_base, new.retry_max, new.timeout_seconds,
+       coalesce(new.due_at, clock.now), coalesce(new.ready_at, clock.now),
+       new.idempotency_key, new.payload, clock.now, clock.now, new.concurrency
+FROM new, clock
+WHERE new.idempotency_key IS NULL
+   OR new.id IN (SELECT run_id FROM claimed_keys)
+ORDER BY new.id
+RETURNING *
+
 -- name: run_by_key
 SELECT r.*
 FROM run_keys AS k
