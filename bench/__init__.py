@@ -40,6 +40,9 @@ class Context:
 
     database_url: str
     seconds: float  # the wanted length of each measurement
+    # The headline figures of the whole run (shared by every case): printed as the
+    # summary table and written to bench-results.json.
+    figures: dict[str, float] = field(default_factory=dict)
 
     async def migrate(self, shards: int) -> ShardMap:
         """Migrate ``shards`` shards (one schema each) in the case's database."""

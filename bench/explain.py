@@ -41,15 +41,15 @@ FILL_READY = {
     "runs": """
 INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
                   retry_max, timeout_seconds, due_at, ready_at, created_at, updated_at)
-SELECT 'tenant-' || (i % 10), 'job-' || (i % 50), 'default', i % 3, 'ready', 'api', 3,
+SELECT 'tenant-' || (i % $2), 'job-' || (i % 50), 'default', i % $3, 'ready', 'api', 3,
        30, 1800, 3600, now(), now() - make_interval(secs => $1 - i), now(), now()
 FROM generate_series(1, $1) AS i""",
     "live_runs": """
 INSERT INTO live_runs (tenant, job, queue, priority, state, origin, max_attempts,
                        retry_base, retry_max, timeout_seconds, due_at, ready_at,
-                       created_at)
-SELECT 'tenant-' || (i % 10), 'job-' || (i % 50), 'default', i % 3, 'ready', 'api', 3,
-       30, 1800, 3600, now(), now() - make_interval(secs => $1 - i), now()
+                       created_at, updated_at)
+SELECT 'tenant-' || (i % $2), 'job-' || (i % 50), 'default', i % $3, 'ready', 'api', 3,
+       30, 1800, 3600, now(), now() - make_interval(secs => $1 - i), now(), now()
 FROM generate_series(1, $1) AS i""",
 }
 FILL_FINISHED = {
@@ -65,11 +65,12 @@ FROM generate_series(1, $1) AS i""",
     "live_runs": """
 INSERT INTO finished_runs (id, tenant, job, queue, priority, state, origin, attempt,
                            max_attempts, retry_base, retry_max, timeout_seconds, due_at,
-                           ready_at, created_at, finished_at, fencing_token, leased_at)
+                           ready_at, created_at, updated_at, finished_at, fencing_token,
+                           leased_at)
 SELECT -i, 'tenant-' || (i % 10), 'job-' || (i % 50), 'default', i % 3,
        CASE WHEN i % 100 = 0 THEN 'dead' ELSE 'succeeded' END, 'api', 1, 3, 30, 1800,
        3600, now() - interval '1 day', now() - interval '1 day', now() - interval '1 day',
-       now() - make_interval(secs => i % 86400), i, now() - interval '1 day'
+       now(), now() - make_interval(secs => i % 86400), i, now() - interval '1 day'
 FROM generate_series(1, $1) AS i""",
 }
 FILL_DEFINITIONS = """
@@ -126,7 +127,7 @@ async def hot_table(conn: asyncpg.Connection) -> str:
     return "live_runs" if found else "runs"
 
 
-async def measure(url: str, show_plans: bool) -> list[Table]:
+async def measure(url: str, show_plans: bool, tenants: int, priorities: int) -> list[Table]:
     shard_map = ShardMap.from_dsns([url], 1)
     await migrate.migrate_all(shard_map.shards)
     shard = shard_map.shards[0]
@@ -134,7 +135,7 @@ async def measure(url: str, show_plans: bool) -> list[Table]:
     try:
         table = await hot_table(conn)
         await conn.execute(FILL_FINISHED[table], FINISHED)
-        await conn.execute(FILL_READY[table], READY)
+        await conn.execute(FILL_READY[table], READY, tenants, priorities)
         await conn.execute("VACUUM ANALYZE")
         claim_plans: list[Any] = []
         complete_plans: list[Any] = []
@@ -167,7 +168,7 @@ async def measure(url: str, show_plans: bool) -> list[Table]:
         for n in range(5):
             await conn.execute(FILL_DEFINITIONS, spec, DUE + timedelta(hours=n), n)
             explaining = Explaining(conn, materialiser.INSERT_PLANNED_RUNS, materialise_plans)
-            await materialiser.materialise(explaining, DUE + timedelta(hours=n))  # type: ignore[arg-type]
+            await materialiser.materialise(explaining, DUE + timedelta(hours=n))
         if show_plans:
             for name, plans in (
                 ("claim", claim_plans),
@@ -185,7 +186,8 @@ async def measure(url: str, show_plans: bool) -> list[Table]:
     return [
         Table(
             f"EXPLAIN (ANALYZE, BUFFERS, WAL) per row, hot table {table!r}: {READY:,} ready "
-            f"runs, {FINISHED:,} finished, medians of {REPEATS} (materialise 5)",
+            f"runs of {tenants} tenants x {priorities} priorities, {FINISHED:,} finished, "
+            f"medians of {REPEATS} (materialise 5)",
             rows_out,
             notes=["EXPLAIN ANALYZE adds timing overhead: compare the rows, not the totals"],
         )
@@ -193,7 +195,9 @@ async def measure(url: str, show_plans: bool) -> list[Table]:
 
 
 def claim_arguments(_: int, n: int) -> tuple[Any, ...]:
-    return ([QUEUE], 100, f"w{n}", None, 300.0, None)
+    if "$9" not in leases.CLAIM:  # before version 4: no priority shares
+        return ([QUEUE], 100, f"w{n}", None, 300.0, None)
+    return ([QUEUE], 100, f"w{n}", None, 300.0, None, [0.0, 0.0, 0.0], [0.7, 0.25, 0.05], n)
 
 
 async def _admin(url: str, statement: str) -> None:
@@ -207,13 +211,19 @@ async def _admin(url: str, statement: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.explain")
     parser.add_argument("--plans", action="store_true", help="print one plan of each")
+    parser.add_argument("--tenants", type=int, default=10, help="tenants of the ready runs")
+    parser.add_argument("--priorities", type=int, default=3, choices=(1, 2, 3))
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with server() as url:
         name = "tickwork_bench_explain"
         asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         asyncio.run(_admin(url, f'CREATE DATABASE "{name}"'))
         try:
-            for table in asyncio.run(measure(with_database(url, name), options.plans)):
+            for table in asyncio.run(
+                measure(
+                    with_database(url, name), options.plans, options.tenants, options.priorities
+                )
+            ):
                 print(format_table(table))
         finally:
             asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

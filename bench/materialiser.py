@@ -93,7 +93,7 @@ async def fill(
 
 async def reset(conns: Sequence[asyncpg.Connection]) -> None:
     for conn in conns:
-        await conn.execute("TRUNCATE definitions, runs")
+        await conn.execute("TRUNCATE definitions, live_runs, finished_runs, run_keys, attempts")
 
 
 async def materialise_pass(conns: Sequence[asyncpg.Connection], now: datetime) -> int:

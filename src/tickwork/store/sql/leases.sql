@@ -8,32 +8,32 @@
 --   heads: every (queue, priority, tenant) with ready runs, and every limited
 --     (queue, priority, tenant, job), found by skip scans: one index probe each,
 --     whatever the backlog behind it.
---   slots: up to a batch of the oldest ready runs behind each head (for a limited
---     job, up to its free slots: a job at its limit offers nothing and its backlog is
---     never walked).
---   turns: within a priority, tenants take turns (round-robin), each tenant's runs
---     oldest first; a tenant starts as many turns behind as it already holds leased
---     runs on the shard, so a tenant whose slow jobs hog the workers yields.
---   passes: priorities share the batch by stride scheduling on the weights (70/25/5
---     by default); a priority with nothing ready takes no slot (work-conserving).
+--   sources: how many runs each head offers (for a limited job, up to its free slots:
+--     a job at its limit offers nothing and its backlog is never walked).
+--   priority_shares: priorities share the batch by stride scheduling on the weights
+--     (70/25/5 by default); a priority with nothing ready takes no slot
+--     (work-conserving).
+--   turns, ranked: within a priority, tenants take turns (round-robin), a tenant's
+--     heads oldest first; a tenant starts as many turns behind as it already holds
+--     leased runs on the shard, so a tenant whose slow jobs hog the workers yields.
 --   picked: the chosen count per head, oldest ready first, SKIP LOCKED.
 -- Concurrent claimers can both see a job's last free slot: leases.claim settles that
 -- after commit, under a lock per job (see over_limit).
 WITH RECURSIVE heads AS (
-    (SELECT q.queue, h.priority, h.tenant
+    (SELECT q.queue, h.priority, h.tenant, h.ready_at, h.id
      FROM unnest($1::text[]) AS q(queue)
      CROSS JOIN LATERAL (
-         SELECT r.priority, r.tenant
+         SELECT r.priority, r.tenant, r.ready_at, r.id
          FROM live_runs AS r
          WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = q.queue
            AND ($6::text IS NULL OR r.tenant = $6)
          ORDER BY r.priority, r.tenant
          LIMIT 1) AS h)
     UNION ALL
-    SELECT heads.queue, n.priority, n.tenant
+    SELECT heads.queue, n.priority, n.tenant, n.ready_at, n.id
     FROM heads
     CROSS JOIN LATERAL (
-        SELECT r.priority, r.tenant
+        SELECT r.priority, r.tenant, r.ready_at, r.id
         FROM live_runs AS r
         WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = heads.queue
           AND ($6::text IS NULL OR r.tenant = $6)
@@ -41,20 +41,20 @@ WITH RECURSIVE heads AS (
         ORDER BY r.priority, r.tenant
         LIMIT 1) AS n
 ), limited_heads AS (
-    (SELECT q.queue, h.priority, h.tenant, h.job, h.concurrency
+    (SELECT q.queue, h.priority, h.tenant, h.job, h.concurrency, h.ready_at, h.id
      FROM unnest($1::text[]) AS q(queue)
      CROSS JOIN LATERAL (
-         SELECT r.priority, r.tenant, r.job, r.concurrency
+         SELECT r.priority, r.tenant, r.job, r.concurrency, r.ready_at, r.id
          FROM live_runs AS r
          WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = q.queue
            AND ($6::text IS NULL OR r.tenant = $6)
          ORDER BY r.priority, r.tenant, r.job
          LIMIT 1) AS h)
     UNION ALL
-    SELECT limited_heads.queue, n.priority, n.tenant, n.job, n.concurrency
+    SELECT limited_heads.queue, n.priority, n.tenant, n.job, n.concurrency, n.ready_at, n.id
     FROM limited_heads
     CROSS JOIN LATERAL (
-        SELECT r.priority, r.tenant, r.job, r.concurrency
+        SELECT r.priority, r.tenant, r.job, r.concurrency, r.ready_at, r.id
         FROM live_runs AS r
         WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = limited_heads.queue
           AND ($6::text IS NULL OR r.tenant = $6)
@@ -69,29 +69,44 @@ WITH RECURSIVE heads AS (
                             WHERE l.state = 'leased' AND l.concurrency > 0
                               AND l.tenant = h.tenant AND l.job = h.job) AS free
     FROM limited_heads AS h
-), slots AS (
-    -- Up to a batch of the oldest ready runs behind each head, read without locking.
-    SELECT h.queue, h.priority, h.tenant, NULL::text AS job, c.ready_at, c.id
+), sources AS (
+    -- How many ready runs each head offers this claim (up to a batch; for a limited
+    -- job, up to its free slots: a job at its limit offers nothing and its backlog is
+    -- never walked). Counted on the index, no rows carried.
+    SELECT h.queue, h.priority, h.tenant, NULL::text AS job, h.ready_at, h.id,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM live_runs AS r
+                  WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
+                    AND r.priority = h.priority AND r.tenant = h.tenant
+                  LIMIT $2) AS ready)::integer AS n
     FROM heads AS h
-    CROSS JOIN LATERAL (
-        SELECT r.ready_at, r.id
-        FROM live_runs AS r
-        WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
-          AND r.priority = h.priority AND r.tenant = h.tenant
-        ORDER BY r.ready_at, r.id
-        LIMIT $2) AS c
     UNION ALL
-    SELECT h.queue, h.priority, h.tenant, h.job, c.ready_at, c.id
+    SELECT h.queue, h.priority, h.tenant, h.job, h.ready_at, h.id,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM live_runs AS r
+                  WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
+                    AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
+                  LIMIT least($2, greatest(h.free, 0))) AS ready)::integer
     FROM limited_free AS h
-    CROSS JOIN LATERAL (
-        SELECT r.ready_at, r.id
-        FROM live_runs AS r
-        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
-          AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
-        ORDER BY r.ready_at, r.id
-        LIMIT least($2, greatest(h.free, 0))) AS c
+), priority_shares AS (
+    -- Stride scheduling between the priorities that offer anything.
+    SELECT priority, count(*)::integer AS slots
+    FROM (SELECT o.priority
+          FROM (SELECT priority, least(sum(n), $2)::integer AS offered
+                FROM sources GROUP BY priority) AS o
+          CROSS JOIN LATERAL generate_series(1, o.offered) AS k
+          ORDER BY ($7::double precision[])[o.priority + 1]
+                   + k / ($8::double precision[])[o.priority + 1],
+                   o.priority
+          LIMIT $2) AS won
+    GROUP BY priority
 ), contenders AS (
-    SELECT DISTINCT priority, tenant FROM slots
+    SELECT DISTINCT s.priority, s.tenant
+    FROM sources AS s
+    JOIN priority_shares USING (priority)
+    WHERE s.n > 0
 ), holding AS (
     -- Leased runs per tenant, counted only where tenants compete within a priority,
     -- and only up to four batches: past that, the tenant behind has every turn of this
@@ -107,24 +122,26 @@ WITH RECURSIVE heads AS (
           WHERE priority IN (SELECT priority FROM contenders
                              GROUP BY priority HAVING count(*) > 1)) AS c
 ), turns AS (
-    SELECT slots.*,
+    -- A head needs no more slots than its priority won.
+    SELECT s.queue, s.priority, s.tenant, s.job, s.ready_at, s.id, p.slots,
            coalesce(holding.leased, 0)
-           + row_number() OVER (PARTITION BY slots.priority, slots.tenant
-                                ORDER BY slots.ready_at, slots.id) AS turn
-    FROM slots
-    LEFT JOIN holding ON holding.tenant = slots.tenant
-), passes AS (
+           + row_number() OVER (PARTITION BY s.priority, s.tenant
+                                ORDER BY k, s.ready_at, s.id) AS turn
+    FROM sources AS s
+    JOIN priority_shares AS p USING (priority)
+    CROSS JOIN LATERAL generate_series(1, least(s.n, p.slots)) AS k
+    LEFT JOIN holding ON holding.tenant = s.tenant
+), ranked AS (
     SELECT turns.*,
-           ($7::double precision[])[turns.priority + 1]
-           + row_number() OVER (PARTITION BY turns.priority
-                                ORDER BY turns.turn,
-                                         hashtextextended(turns.tenant, $9::bigint),
-                                         turns.ready_at, turns.id)
-             / ($8::double precision[])[turns.priority + 1] AS pass
+           row_number() OVER (PARTITION BY turns.priority
+                              ORDER BY turns.turn,
+                                       hashtextextended(turns.tenant, $9::bigint),
+                                       turns.ready_at, turns.id) AS place
     FROM turns
 ), chosen AS (
     SELECT queue, priority, tenant, job, count(*)::integer AS take
-    FROM (SELECT * FROM passes ORDER BY pass, priority LIMIT $2) AS top
+    FROM ranked
+    WHERE place <= slots
     GROUP BY queue, priority, tenant, job
 ), picked AS (
     SELECT p.id
