@@ -51,6 +51,7 @@ SUMMARY: tuple[tuple[str, str, str], ...] = (
     ("enqueue_vs_ceiling", "(d) HTTP batch enqueue / INSERT ... unnest", ">= 0.5"),
     ("wakeup_p50_ms", "(e) idle wake-up p50, ms", ""),
     ("wakeup_p99_ms", "(e) idle wake-up p99, ms", "<= 3"),
+    ("commit_p99_ms", "(e) baseline: one-row INSERT + COMMIT p99, ms", ""),
     ("critical_p99_start_lag_s", "(f) critical p99 start lag at 80 % load, s", "< 1"),
     ("default_p99_start_lag_s", "(f) default p99 start lag at 80 % load, s", ""),
     ("bulk_p99_start_lag_s", "(f) bulk p99 start lag at 80 % load, s", "< 60"),

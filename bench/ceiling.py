@@ -115,6 +115,24 @@ async def enqueue(url: str, seconds: float, connections: int = 2) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
+async def commit_latency(url: str, samples: int = 200) -> list[float]:
+    """Seconds per one-row INSERT committed on its own: the floor of any wake-up (an
+    enqueue and a claim each wait for one WAL flush)."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(SETUP)
+        times = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            await conn.execute(
+                "INSERT INTO ceiling.q (priority, ready_at, state) VALUES (1, now(), 0)"
+            )
+            times.append(time.perf_counter() - started)
+        return times
+    finally:
+        await conn.close()
+
+
 @register("ceiling", "(a) the raw-SQL baselines: claim+complete and enqueue, no tickwork")
 async def ceiling_case(context: Context) -> list[Table]:
     rate = await claim_complete(context.database_url, context.seconds)
