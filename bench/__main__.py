@@ -139,9 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         importlib.import_module(module)
     if options.list:
         for case in CASES:
-            print(f"{case.name:<12} {case.description}")
+            print(f"{case.name:<17} {case.description}{'' if case.default else ' (--only)'}")
         return 0
-    chosen = [c for c in CASES if not options.only or c.name in options.only]
+    chosen = [c for c in CASES if (c.name in options.only if options.only else c.default)]
     unknown = set(options.only or ()) - {c.name for c in CASES}
     if unknown:
         known = ", ".join(c.name for c in CASES)
