@@ -36,7 +36,7 @@ QUEUE = "default"
 DUE = datetime(2026, 3, 15, 2, 0, tzinfo=UTC)
 EXPLAIN = "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "
 
-# The hot table is `live_runs` from schema version 4 on, `runs` before.
+# The hot table is `live_runs` from schema version 5 on, `runs` before.
 FILL_READY = {
     "runs": """
 INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
@@ -195,7 +195,7 @@ async def measure(url: str, show_plans: bool, tenants: int, priorities: int) -> 
 
 
 def claim_arguments(_: int, n: int) -> tuple[Any, ...]:
-    if "$9" not in leases.CLAIM:  # before version 4: no priority shares
+    if "$9" not in leases.CLAIM:  # before version 5: no priority shares
         return ([QUEUE], 100, f"w{n}", None, 300.0, None)
     return ([QUEUE], 100, f"w{n}", None, 300.0, None, [0.0, 0.0, 0.0], [0.7, 0.25, 0.05], n)
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+from kube.fixtures import kube  # noqa: F401  (the emulated Kubernetes API)
 
 from tickwork.api.app import create_app
 from tickwork.api.auth import Role, StaticTokens, TokenEntry

@@ -6,10 +6,12 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 from conftest import ApiServer
 
 from tickwork.cli import cli
+from tickwork.core.errors import NotFound
 
 MANIFEST = """\
 apiVersion: tickwork.dev/v1
@@ -22,11 +24,11 @@ spec:
 """
 
 
-async def tickwork(api_server: ApiServer, *args: str) -> Result:
+async def tickwork(api_server: ApiServer, *args: str, env: dict[str, str] | None = None) -> Result:
     """Run the CLI in a thread: the server answers on this test's event loop."""
     runner = CliRunner()
-    env = {"TICKWORK_URL": api_server.url, "TICKWORK_TOKEN": api_server.team_token}
-    return await asyncio.to_thread(runner.invoke, cli, list(args), env=env)
+    environment = {"TICKWORK_URL": api_server.url, "TICKWORK_TOKEN": api_server.team_token}
+    return await asyncio.to_thread(runner.invoke, cli, list(args), env=environment | (env or {}))
 
 
 async def test_apply_list_run_and_inspect(api_server: ApiServer, tmp_path: Path) -> None:
@@ -37,8 +39,13 @@ async def test_apply_list_run_and_inspect(api_server: ApiServer, tmp_path: Path)
     listed = await tickwork(api_server, "jobs", "list")
     assert listed.exit_code == 0
     header, row = listed.output.splitlines()[:2]
-    assert header.split()[:3] == ["NAME", "SPEC.SCHEDULE.CRON", "SPEC.QUEUE"]
-    assert row.split()[0] == "nightly" and "billing" in row
+    assert header.split() == [
+        *("NAME", "CRON", "ZONE", "QUEUE", "PRIORITY", "PAUSED", "NEXT", "LAST"),
+        *("ACTIVE", "DEAD"),
+    ]
+    assert row.split()[:2] == ["nightly", "30"] and "Europe/Berlin  billing" in row
+    assert " false " in row  # JSON's words, not Python's
+    assert header == header.rstrip()
 
     enqueued = await tickwork(
         api_server, "jobs", "run", "nightly", "--payload", '{"day": 1}', "--json"
@@ -62,4 +69,56 @@ async def test_problems_are_one_line_and_exit_non_zero(api_server: ApiServer) ->
     bad = await tickwork(api_server, "jobs", "run", "nope", "--payload", "{not json")
     assert bad.exit_code == 2 and "--payload" in bad.output
     empty = await tickwork(api_server, "dlq", "list")
-    assert empty.exit_code == 0 and empty.output.split()[0] == "RUNID"
+    assert empty.exit_code == 0 and empty.output.split() == [
+        "RUN",
+        "JOB",
+        "ATTEMPT",
+        "DIED",
+        "ERROR",
+    ]
+
+
+def in_namespace(namespace: str) -> str:
+    return MANIFEST.replace("  name: nightly\n", f"  name: nightly\n  namespace: {namespace}\n")
+
+
+async def test_apply_acts_for_the_manifests_namespace(
+    api_server: ApiServer, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "nightly.yaml"
+    manifest.write_text(in_namespace("globex"))
+    env = {"TICKWORK_TOKEN": api_server.admin_token}
+    applied = await tickwork(api_server, "jobs", "apply", "-f", str(manifest), env=env)
+    assert applied.exit_code == 0, applied.output
+    assert (await api_server.jobs.get("globex", "nightly")).definition.spec.queue == "billing"
+    listed = await tickwork(api_server, "jobs", "list", "--tenant", "ops", env=env)
+    assert "nightly" not in listed.output  # not in the admin's own tenant
+
+    # A team token applies its own namespace, and refuses another one, saying why.
+    manifest.write_text(in_namespace("acme"))
+    mine = await tickwork(api_server, "jobs", "apply", "-f", str(manifest))
+    assert mine.exit_code == 0, mine.output
+    assert (await api_server.jobs.get("acme", "nightly")).definition.tenant == "acme"
+    manifest.write_text(in_namespace("initech"))
+    refused = await tickwork(api_server, "jobs", "apply", "-f", str(manifest))
+    assert refused.exit_code == 1
+    assert f"{manifest}: nightly is in namespace 'initech'" in refused.output
+    assert "may not act for that tenant" in refused.output
+    with pytest.raises(NotFound):
+        await api_server.jobs.get("initech", "nightly")
+
+
+async def test_audit_lists_who_changed_what(api_server: ApiServer, tmp_path: Path) -> None:
+    manifest = tmp_path / "nightly.yaml"
+    manifest.write_text(MANIFEST)
+    assert (await tickwork(api_server, "jobs", "apply", "-f", str(manifest))).exit_code == 0
+    assert (await tickwork(api_server, "jobs", "pause", "nightly")).exit_code == 0
+    listed = await tickwork(api_server, "audit", "--job", "nightly")
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.output.splitlines()
+    assert header.split() == ["AT", "JOB", "ACTION", "RUN", "ACTOR", "DETAIL"]
+    assert [row.split()[1:5] for row in rows] == [
+        ["nightly", "pause", "-", "acme-team"],
+        ["nightly", "create", "-", "acme-team"],
+    ]
+    assert rows[1].endswith('{"generation":1}')

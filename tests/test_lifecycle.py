@@ -22,8 +22,8 @@ from tickwork.core.errors import InvalidRequest, InvalidState, NotFound, StaleLe
 from tickwork.core.records import Completed, Extended, Lease, NewRun, Origin, Outcome, Run, State
 from tickwork.core.spec import JobSpec, Priority, Retry
 from tickwork.engine.dispatch import CompleteItem, Dispatcher, HeartbeatItem
-from tickwork.engine.jobs import EnqueueRequest, Jobs, JobView
-from tickwork.store import dlq, leases, runs
+from tickwork.engine.jobs import Change, EnqueueRequest, Jobs, JobView
+from tickwork.store import audit, dlq, leases, runs
 from tickwork.store.database import Database
 
 TENANT = "acme"
@@ -163,7 +163,7 @@ async def snapshot(database: Database, run_id: str) -> Snapshot:
 async def audit_actions(jobs: Jobs, database: Database, name: str = "job") -> list[tuple[str, str]]:
     shard = jobs.shard_of(TENANT, name)
     async with database.connection(shard) as conn:
-        entries = await runs.audit_of_job(conn, TENANT, name)
+        entries = await audit.page(conn, shard, TENANT, name, None, 100)
     return [(e.action, e.actor) for e in reversed(entries)]
 
 
@@ -1047,13 +1047,15 @@ def _names(page: Sequence[Any]) -> list[str]:
 async def test_upsert_creates_then_replaces_a_definition(
     jobs: Jobs, database: Database, clock: FrozenClock
 ) -> None:
-    created, was_created = await jobs.put(TENANT, "job", spec(attempts=2), ACTOR)
-    assert was_created and created.generation == 1
+    stored = await jobs.put(TENANT, "job", spec(attempts=2), ACTOR)
+    created = stored.definition
+    assert stored.change is Change.created and created.generation == 1
     assert created.spec == spec(attempts=2)
     assert created.next_due_at is None  # API-only: nothing to materialise
     clock.advance(10)
-    updated, was_created = await jobs.put(TENANT, "job", spec(attempts=5), "bob")
-    assert not was_created
+    stored = await jobs.put(TENANT, "job", spec(attempts=5), "bob")
+    updated = stored.definition
+    assert stored.change is Change.updated
     assert updated.generation == 2
     assert updated.created_at == created.created_at
     assert updated.updated_at == clock.now()
@@ -1064,13 +1066,30 @@ async def test_upsert_creates_then_replaces_a_definition(
     assert (await enqueue(jobs)).max_attempts == 5
 
 
+async def test_putting_the_same_spec_again_writes_nothing(
+    jobs: Jobs, database: Database, clock: FrozenClock
+) -> None:
+    cron = JobSpec.model_validate({"schedule": {"cron": "0 * * * *"}, "queue": "billing"})
+    first = (await jobs.put(TENANT, "job", cron, ACTOR)).definition
+    clock.advance(10)
+    # The same spec, written differently (defaults spelled out): still the same job.
+    again = JobSpec.model_validate(
+        {"schedule": {"cron": "0 * * * *", "timeZone": "UTC"}, "queue": "billing"}
+    )
+    stored = await jobs.put(TENANT, "job", again, "bob")
+    assert stored.change is Change.unchanged
+    assert stored.definition == first
+    assert (await jobs.get(TENANT, "job")).definition == first  # no generation bump
+    assert await audit_actions(jobs, database) == [("create", ACTOR)]
+
+
 async def test_get_of_an_unknown_job_is_not_found(jobs: Jobs) -> None:
     with pytest.raises(NotFound, match="nope"):
         await jobs.get(TENANT, "nope")
 
 
 async def test_one_off_job_is_due_at_its_instant(jobs: Jobs, clock: FrozenClock) -> None:
-    definition, _ = await jobs.put(TENANT, "once", JobSpec(run_at=at(clock, 3600)), ACTOR)
+    definition = (await jobs.put(TENANT, "once", JobSpec(run_at=at(clock, 3600)), ACTOR)).definition
     assert definition.next_due_at == at(clock, 3600)
 
 
@@ -1141,7 +1160,7 @@ async def test_delete_cancels_pending_runs_and_keeps_history(
 
 
 async def test_pause_and_resume(jobs: Jobs, database: Database, clock: FrozenClock) -> None:
-    created, _ = await jobs.put(TENANT, "job", spec(), ACTOR)
+    created = (await jobs.put(TENANT, "job", spec(), ACTOR)).definition
     clock.advance(5)
     paused = await jobs.set_paused(TENANT, "job", True, "ops")
     assert paused.paused and paused.spec.paused

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from tickwork.cli.dev import ManifestSync
 from tickwork.core.clock import FrozenClock
 from tickwork.core.errors import NotFound
 from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.store.database import Database
 
 HOURLY = """\
@@ -66,3 +67,78 @@ async def test_a_broken_file_keeps_the_jobs_it_declared(
     view = await jobs.get("acme", "report")  # still there, unchanged
     assert view.definition.spec.schedule is not None
     assert view.definition.spec.schedule.cron == "0 * * * *"
+
+
+def report(cron: str = "0 * * * *", name: str = "report") -> str:
+    return HOURLY.replace("0 * * * *", cron).replace("name: report", f"name: {name}")
+
+
+async def cron_of(jobs: Jobs, name: str = "report") -> str:
+    spec = (await jobs.get("acme", name)).definition.spec
+    assert spec.schedule is not None
+    return spec.schedule.cron
+
+
+async def test_a_new_file_declaring_an_existing_job_does_not_take_it_over(
+    database: Database, clock: FrozenClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = Jobs(database, clock)
+    sync = ManifestSync(jobs, tmp_path)
+    (tmp_path / "report.yaml").write_text(report("0 * * * *"))
+    await sync.sync()
+    generation = (await jobs.get("acme", "report")).definition.generation
+
+    # a.yaml sorts first, yet report.yaml declared the job first: it stays the source.
+    (tmp_path / "a.yaml").write_text(report("15 * * * *"))
+    await sync.sync()
+    assert await cron_of(jobs) == "0 * * * *"
+    assert (await jobs.get("acme", "report")).definition.generation == generation
+    [refusal] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert refusal.startswith(f"manifest refused: {tmp_path / 'a.yaml'}: acme/report")
+    assert f"already declared in {tmp_path / 'report.yaml'}" in refusal
+
+    (tmp_path / "report.yaml").write_text(report("30 * * * *"))  # the owner still rules
+    await sync.sync()
+    assert await cron_of(jobs) == "30 * * * *"
+
+    (tmp_path / "report.yaml").unlink()  # now the other declaration takes over
+    await sync.sync()
+    assert await cron_of(jobs) == "15 * * * *"
+
+
+async def test_deleting_a_manifest_takes_effect_while_another_file_is_broken(
+    database: Database, clock: FrozenClock, tmp_path: Path
+) -> None:
+    jobs = Jobs(database, clock)
+    sync = ManifestSync(jobs, tmp_path)
+    (tmp_path / "report.yaml").write_text(report())
+    (tmp_path / "other.yaml").write_text(report(name="other"))
+    await sync.sync()
+
+    (tmp_path / "report.yaml").write_text("spec: [unclosed")
+    (tmp_path / "other.yaml").unlink()
+    await sync.sync()
+    with pytest.raises(NotFound):
+        await jobs.get("acme", "other")
+    assert await cron_of(jobs) == "0 * * * *"  # the broken file's job, kept as it was
+    assert sorted(sync.known) == [("acme", "report")]
+
+    (tmp_path / "report.yaml").unlink()  # removing the broken file removes its job
+    await sync.sync()
+    with pytest.raises(NotFound):
+        await jobs.get("acme", "report")
+
+
+async def test_a_restart_does_not_rewrite_unchanged_jobs(
+    database: Database, clock: FrozenClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = Jobs(database, clock)
+    (tmp_path / "report.yaml").write_text(report())
+    await ManifestSync(jobs, tmp_path).sync()
+    before = (await jobs.get("acme", "report")).definition
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        await ManifestSync(jobs, tmp_path).sync()  # a new process, the same folder
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO], caplog.text
+    assert (await jobs.get("acme", "report")).definition == before

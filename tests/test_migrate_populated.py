@@ -1,4 +1,4 @@
-"""Version 4 on a populated shard: runs in every state, written under version 3, are
+"""Schema version 5 on a populated shard: runs in every state, written under version 3, are
 still there after the migration, and the API reads, lists, leases, completes, replays
 and deduplicates them as before."""
 
@@ -7,16 +7,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import conftest
 import httpx
 import orjson
 import pytest
-from conftest import (
-    TEAM_TOKEN,
-    TEST_SHARDS,
-    WORKER_TOKEN,
-    scratch_database,
-    test_tokens,
-)
+from conftest import TEAM_TOKEN, TEST_SHARDS, WORKER_TOKEN, scratch_database
 
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
@@ -123,14 +118,14 @@ async def _v3_run(conn: database.Connection, n: int, state: str) -> None:
 async def migrated_api(version_3_url: str) -> AsyncIterator[tuple[str, Database]]:
     shard_map = ShardMap.from_dsns([version_3_url], TEST_SHARDS)
     applied = await migrate.migrate_all(shard_map.shards)
-    assert all(versions[0] == 4 for versions in applied.values())
+    assert all(versions[:2] == [4, 5] for versions in applied.values())
     async with Database(shard_map) as db:
         services = Services(
             database=db,
             jobs=Jobs(db),
             dispatcher=Dispatcher(db),
             signal=ReadySignal(shard_map),
-            authenticator=test_tokens(),
+            authenticator=conftest.test_tokens(),
             metrics=Metrics(),
         )
         server = HttpServer(create_app(services), port=0)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
-from tickwork.core.clock import FrozenClock
+import pytest
+
+from tickwork.core.clock import Clock, DatabaseClock, FrozenClock
 from tickwork.core.records import Completion, Outcome
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
@@ -12,7 +15,9 @@ from tickwork.engine.scheduler import Scheduler
 from tickwork.store import leases, retention
 from tickwork.store.database import Database
 
-DAY = datetime(2026, 5, 10, 12, 0, tzinfo=UTC)
+# Long before any day the tests run on: migrating creates the partitions of the real
+# today and the next days, which must not be the days these tests create and drop.
+DAY = datetime(2001, 5, 10, 12, 0, tzinfo=UTC)
 
 
 async def _partitions(database: Database, shard: int) -> set[str]:
@@ -20,7 +25,7 @@ async def _partitions(database: Database, shard: int) -> set[str]:
         return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS)}
 
 
-async def _finish_one_run(database: Database, jobs: Jobs, clock: FrozenClock) -> int:
+async def _finish_one_run(database: Database, jobs: Jobs, clock: Clock) -> int:
     run, _ = await jobs.enqueue("acme", "report", EnqueueRequest(), "test")
     async with database.connection(run.shard) as conn:
         [lease] = await leases.claim(conn, run.shard, ["default"], 1, "w", 30, clock.now())
@@ -43,11 +48,11 @@ async def test_attempts_land_in_daily_partitions_and_old_days_are_dropped(
     await scheduler.pass_once()
     shard = jobs.shard_of("acme", "report")
     names = await _partitions(database, shard)
-    assert {"attempts_20260510", "attempts_20260511", "attempts_20260513"} <= names
+    assert {"attempts_20010510", "attempts_20010511", "attempts_20010513"} <= names
 
     await _finish_one_run(database, jobs, clock)
     async with database.connection(shard) as conn:
-        assert await conn.fetchval("SELECT count(*) FROM attempts_20260510") == 1
+        assert await conn.fetchval("SELECT count(*) FROM attempts_20010510") == 1
         assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 0
 
     # 31 days later the day of that attempt is past the retention: its partition goes.
@@ -55,9 +60,9 @@ async def test_attempts_land_in_daily_partitions_and_old_days_are_dropped(
     async with database.connection(shard) as conn:
         await retention.ensure_partitions(conn, clock.now())
         dropped = await retention.drop_expired(conn, clock.now(), retention_days=30)
-        assert "attempts_20260510" in dropped
+        assert "attempts_20010510" in dropped
         assert await conn.fetchval("SELECT count(*) FROM attempts") == 0
-    assert "attempts_20260610" in await _partitions(database, shard)
+    assert "attempts_20010610" in await _partitions(database, shard)
 
 
 async def test_a_day_already_in_the_default_partition_stays_there(database: Database) -> None:
@@ -67,8 +72,26 @@ async def test_a_day_already_in_the_default_partition_stays_there(database: Data
     shard = await _finish_one_run(database, jobs, clock)  # no partitions yet: default
     async with database.connection(shard) as conn:
         created = await retention.ensure_partitions(conn, clock.now(), days_ahead=1)
-        assert created == ["attempts_20260511"]
+        assert created == ["attempts_20010511"]
         assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 1
         clock.advance(timedelta(days=40).total_seconds())
         await retention.drop_expired(conn, clock.now(), retention_days=30)
         assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 0
+
+
+async def test_a_migrated_shard_keeps_its_first_attempts_out_of_the_default_partition(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first runs may finish before any scheduler pass (tickwork dev starts its API,
+    worker and scheduler together): they still land in their day's partition, and the
+    scheduler has nothing to warn about."""
+    clock = DatabaseClock()
+    jobs = Jobs(database, clock)
+    await jobs.put("acme", "report", JobSpec(), "test")
+    shard = await _finish_one_run(database, jobs, clock)
+    async with database.connection(shard) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM attempts_default") == 0
+        assert await conn.fetchval("SELECT count(*) FROM attempts") == 1
+    with caplog.at_level(logging.INFO):
+        await Scheduler(database, clock=clock).pass_once()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

@@ -19,9 +19,7 @@ from tickwork.engine.quotas import TenantLimits, TenantQuotas
 from tickwork.store.database import Database
 
 
-async def test_replicas_share_one_bucket_per_tenant(
-    database: Database, clock: FrozenClock
-) -> None:
+async def test_replicas_share_one_bucket_per_tenant(database: Database, clock: FrozenClock) -> None:
     limits = TenantLimits(enqueue_rate=2, enqueue_burst=10)
     first, second = (TenantQuotas(database, limits, clock=clock) for _ in range(2))
     await first.admit("acme", 6)
@@ -60,9 +58,7 @@ async def test_pending_runs_over_the_cap_are_refused(
         await quotas.admit("acme", 1)
     # A fresh replica counts the runs on the shards.
     with pytest.raises(QuotaExceeded):
-        await TenantQuotas(database, TenantLimits(max_pending_runs=4), clock=clock).admit(
-            "acme", 1
-        )
+        await TenantQuotas(database, TenantLimits(max_pending_runs=4), clock=clock).admit("acme", 1)
     await TenantQuotas(database, TenantLimits(max_pending_runs=5), clock=clock).admit("acme", 1)
 
 

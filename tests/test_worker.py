@@ -228,6 +228,40 @@ async def test_non_retryable_error_goes_dead_at_once(api_server: Any) -> None:
     assert run.last_error["retryable"] is False
 
 
+async def test_a_failing_handler_is_one_log_line_with_the_traceback_at_debug(
+    api_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    await put_job(api_server, "flaky", retry={"maxAttempts": 2, "baseSeconds": 0})
+    run_id = await enqueue(api_server, "flaky")
+    results = Results()
+    worker = make_worker(api_server, results)
+
+    @worker.handler(job="flaky")
+    async def flaky(ctx: RunContext) -> None:
+        raise ConnectionError("the export target did not answer")
+
+    with caplog.at_level(logging.INFO, logger="tickwork.worker"):
+        async with running(worker):
+            await results.wait(1)
+    [line] = [r for r in caplog.records if getattr(r, "action", None) == "failed"]
+    assert line.levelno == logging.WARNING and line.exc_info is None
+    assert line.getMessage() == (
+        f"run {run_id} (flaky, attempt 1) failed: ConnectionError: the export target did not answer"
+    )
+
+    caplog.clear()
+    run_id = await enqueue(api_server, "flaky")
+    results = Results()
+    worker = make_worker(api_server, results)
+    worker.register(flaky, job="flaky")
+    with caplog.at_level(logging.DEBUG, logger="tickwork.worker"):
+        async with running(worker):
+            await results.wait(1)
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "failed"]
+    assert [r.levelno for r in failed] == [logging.WARNING, logging.DEBUG]
+    assert failed[1].exc_info is not None and "ConnectionError" in caplog.text
+
+
 async def test_concurrency_limits_runs_in_flight(api_server: Any) -> None:
     await put_job(api_server, "many")
     run_ids = [await enqueue(api_server, "many", {"n": n}) for n in range(8)]

@@ -55,6 +55,7 @@ PROTECTED = [
     ("POST", "/v1/runs:heartbeat"),
     ("POST", "/v1/runs:complete"),
     ("GET", "/v1/dlq"),
+    ("GET", "/v1/audit"),
     ("POST", "/v1/dlq/r0-1:replay"),
     ("POST", "/v1/dlq/r0-1:discard"),
     ("GET", "/metrics"),

@@ -22,6 +22,8 @@ from conftest import ApiServer
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
+from tickwork.engine import metrics
+
 EXAMPLES_PER_OPERATION = 25
 TLS = ssl.create_default_context()
 
@@ -106,7 +108,7 @@ async def test_no_generated_request_gets_a_server_error(api_server: ApiServer) -
     known = await seed(api_server)
     document = json.loads(known.pop("document"))
     operations = sum(len(methods) for methods in document["paths"].values())
-    assert operations == 22  # every route of the contract, ops included
+    assert operations == 23  # every route of the contract, ops included
     failures, statuses = await asyncio.to_thread(
         fuzz, api_server.url, api_server.admin_token, document, known
     )
@@ -130,3 +132,27 @@ async def test_the_openapi_document_resolves_every_reference(api_server: ApiServ
         for method, operation in operations.items():
             expected = None if path in ("/healthz", "/readyz") else [{"HTTPBearer": []}]
             assert operation.get("security") == expected, (method, path)
+
+
+async def test_every_error_is_documented_as_problem_json(api_server: ApiServer) -> None:
+    headers = api_server.headers(api_server.team_token)
+    async with httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS) as team:
+        document = (await team.get("/openapi.json")).json()
+    problem = {"$ref": "#/components/schemas/Problem"}
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            answers = operation["responses"]
+            where = f"{method.upper()} {path}"
+            # The server refuses invalid input with 400, never FastAPI's 422 shape.
+            assert "422" not in answers, where
+            for status, answer in answers.items():
+                if int(status) >= 400:
+                    assert answer["content"] == {"application/problem+json": {"schema": problem}}, (
+                        where,
+                        status,
+                    )
+            if operation.get("security"):
+                assert "401" in answers, where
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    exposition = document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    assert list(exposition) == [metrics.CONTENT_TYPE]  # Prometheus text, not JSON

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
+import orjson
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwork import __version__
-from tickwork.api import jobs_routes, ops_routes, problems, render, worker_routes
+from tickwork.api import audit_routes, jobs_routes, ops_routes, problems, render, worker_routes
 from tickwork.api.services import Services
 from tickwork.core.errors import PayloadTooLarge
 
@@ -81,6 +82,42 @@ def _hoist_definitions(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
+_PROBLEM_REF: Final = {"$ref": "#/components/schemas/Problem"}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {problems.MEDIA_TYPE: {"schema": _PROBLEM_REF}}}
+
+
+def _document_problems(document: dict[str, Any]) -> dict[str, Any]:
+    """Make the document say what the server does on errors, on every route at once.
+
+    FastAPI documents every response model as ``application/json`` and adds a 422
+    "Validation Error" of its own shape to routes with parameters; tickwork answers
+    every error as ``application/problem+json`` and refuses invalid input with 400.
+    Every route that needs a token can answer 401, and every request body can be over
+    the body limit (413).
+    """
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict):
+                continue
+            answers: dict[str, Any] = operation.setdefault("responses", {})
+            answers.pop("422", None)
+            for status, answer in answers.items():
+                if status.isdigit() and int(status) >= 400:
+                    answer["content"] = {problems.MEDIA_TYPE: {"schema": _PROBLEM_REF}}
+            if operation.get("security"):
+                answers.setdefault("401", _problem("unauthenticated"))
+            if "requestBody" in operation:
+                answers.setdefault("413", _problem("payload-too-large (request body)"))
+    schemas = document.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):  # the first refers to the second
+        if f'"#/components/schemas/{unused}"' not in orjson.dumps(document).decode():
+            schemas.pop(unused, None)
+    return document
+
+
 def create_app(services: Services) -> FastAPI:
     """The API over ``services``. The caller owns the database pools; the app starts and
     stops the LISTEN connections that wake long-polls."""
@@ -106,7 +143,7 @@ def create_app(services: Services) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = _hoist_definitions(FastAPI.openapi(app))
+            app.openapi_schema = _document_problems(_hoist_definitions(FastAPI.openapi(app)))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -114,5 +151,6 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(ops_routes.router)
     app.include_router(worker_routes.router)
     app.include_router(jobs_routes.router)
+    app.include_router(audit_routes.router)
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     return app

@@ -204,3 +204,20 @@ async def authenticate_header(authenticator: Authenticator, header: str | None) 
     if principal is None:
         raise Unauthenticated("unknown token")
     return principal
+
+
+class FirstMatch:
+    """Several authenticators as one: the first that knows a token decides.
+
+    ``tickwork dev`` serves the tokens file and the demo worker's own token together.
+    """
+
+    def __init__(self, authenticators: Sequence[Authenticator]) -> None:
+        self._authenticators = tuple(authenticators)
+
+    async def authenticate(self, token: str) -> Principal | None:
+        for authenticator in self._authenticators:
+            principal = await authenticator.authenticate(token)
+            if principal is not None:
+                return principal
+        return None

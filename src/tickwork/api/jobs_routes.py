@@ -100,8 +100,8 @@ async def put_job(
         check_name(name)
     except ValueError as error:
         raise InvalidRequest(str(error), field="name") from error
-    _, created = await svc.jobs.put(owner, name, spec, caller.subject)
-    return responses.json(await _job_document(svc, owner, name), 201 if created else 200)
+    stored = await svc.jobs.put(owner, name, spec, caller.subject)
+    return responses.json(await _job_document(svc, owner, name), 201 if stored.created else 200)
 
 
 @router.get(
@@ -200,6 +200,7 @@ IdempotencyKey = Annotated[
         201: {"model": models.Run, "description": "A new run"},
         409: {"model": models.Problem, "description": "concurrency-limit"},
         413: {"model": models.Problem, "description": "payload-too-large"},
+        429: {"model": models.Problem, "description": "quota-exceeded (see Retry-After)"},
         **_errors,
     },
 )
@@ -238,7 +239,11 @@ async def enqueue(
 @router.post(
     "/jobs/{name}/runs:batch",
     summary="Enqueue up to 1 000 runs in one call",
-    responses={200: {"model": models.BatchEnqueueResponse}, **_errors},
+    responses={
+        200: {"model": models.BatchEnqueueResponse},
+        429: {"model": models.Problem, "description": "quota-exceeded (see Retry-After)"},
+        **_errors,
+    },
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -357,7 +362,11 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
 @router.post(
     "/runs/{runId}:cancel",
     summary="Cancel a run",
-    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+    responses={
+        200: {"model": models.Run},
+        409: {"model": models.Problem, "description": "invalid-state"},
+        **_errors,
+    },
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     await _owned_run(svc, caller, run_id, Role.team)
@@ -391,7 +400,11 @@ async def list_dead(
 @router.post(
     "/dlq/{runId}:replay",
     summary="Re-enqueue a dead run with fresh attempts",
-    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+    responses={
+        200: {"model": models.Run},
+        409: {"model": models.Problem, "description": "invalid-state"},
+        **_errors,
+    },
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     await _owned_run(svc, caller, run_id, Role.team)
@@ -401,7 +414,11 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
 @router.post(
     "/dlq/{runId}:discard",
     summary="End a dead run",
-    responses={200: {"model": models.Run}, 409: {"model": models.Problem}, **_errors},
+    responses={
+        200: {"model": models.Run},
+        409: {"model": models.Problem, "description": "invalid-state"},
+        **_errors,
+    },
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     await _owned_run(svc, caller, run_id, Role.team)

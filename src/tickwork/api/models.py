@@ -118,6 +118,26 @@ class RunPage(Model):
     next_cursor: str | None
 
 
+class AuditEntry(Model):
+    at: datetime = Field(description="When the change was made.")
+    job: str
+    run_id: str | None = Field(description="The run acted on, for run actions.")
+    action: str = Field(
+        description="create, update, delete, pause, resume (jobs); enqueue, cancel, "
+        "replay, discard (runs)",
+        examples=["replay"],
+    )
+    actor: str = Field(description="Who: the token's name, or `manifests`, `operator`, ...")
+    detail: JsonValue = Field(
+        default=None, description="What changed, by action (e.g. the new generation)."
+    )
+
+
+class AuditPage(Model):
+    items: list[AuditEntry]
+    next_cursor: str | None
+
+
 class EnqueueRequest(Model):
     """Enqueue a run now (neither field), at ``runAt``, or after ``delaySeconds``."""
 

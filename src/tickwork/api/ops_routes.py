@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from tickwork.api import responses
+from tickwork.api import models, responses
 from tickwork.api.auth import Principal
 from tickwork.api.services import principal, services
 from tickwork.core.errors import SchemaMismatch
@@ -44,7 +44,18 @@ async def readyz(request: Request) -> Response:
     return responses.json({"status": "ready", "shards": shard_map.count})
 
 
-@router.get("/metrics", summary="Prometheus metrics")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (any valid token)",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The Prometheus text exposition format.",
+            "content": {metrics.CONTENT_TYPE: {"schema": {"type": "string"}}},
+        },
+        401: {"model": models.Problem, "description": "unauthenticated"},
+    },
+)
 async def prometheus(
     request: Request, _caller: Annotated[Principal, Depends(principal)]
 ) -> Response:

@@ -12,7 +12,7 @@ from typing import Any, Final
 import orjson
 
 from tickwork.core.errors import TickworkError
-from tickwork.core.records import Attempt, Completed, Extended, Lease, Run
+from tickwork.core.records import Attempt, AuditEntry, Completed, Extended, Lease, Run
 from tickwork.core.spec import Priority
 from tickwork.engine.jobs import JobView
 
@@ -134,3 +134,14 @@ def completed(item: Completed) -> dict[str, Any]:
     if item.next_attempt_at is not None:
         document["nextAttemptAt"] = item.next_attempt_at
     return document
+
+
+def audit_entry(item: AuditEntry) -> dict[str, Any]:
+    return {
+        "at": item.at,
+        "job": item.job,
+        "runId": item.public_run_id,
+        "action": item.action,
+        "actor": item.actor,
+        "detail": item.detail,
+    }

@@ -4,10 +4,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import socket
 from collections.abc import Iterator
 
 import uvicorn
 from fastapi import FastAPI
+
+
+class CannotListen(Exception):
+    """The API's address cannot be bound; ``str()`` says why, in one line."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
+        self.host = host
+        self.port = port
+
+
+class PortInUse(CannotListen):
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(host, port, "the port is in use")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Bind and listen on ``host:port`` now, so a role can say "port in use" before it
+    starts anything else (uvicorn would log the error and exit the process)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port) from error
+        raise CannotListen(host, port, error.strerror or str(error)) from error
+    sock.setblocking(False)
+    return sock
 
 
 class _QuietServer(uvicorn.Server):
@@ -19,7 +53,13 @@ class _QuietServer(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        sock: socket.socket | None = None,
+    ) -> None:
         self._server = _QuietServer(
             uvicorn.Config(
                 app,
@@ -32,7 +72,9 @@ class HttpServer:
             )
         )
         self._task: asyncio.Task[None] | None = None
+        self._sock = sock
         self.host = host
+        self._port = port
 
     @property
     def port(self) -> int:
@@ -45,8 +87,11 @@ class HttpServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> str:
-        """Serve in the background; return the URL once the socket is listening."""
-        self._task = asyncio.create_task(self._server.serve())
+        """Serve in the background; return the URL once the socket is listening.
+        ``PortInUse`` (a ``CannotListen``) when the address is taken."""
+        sock = self._sock or listen(self.host, self._port)
+        self._sock = None  # the server closes it when it stops
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises the start-up error (port in use, ...)

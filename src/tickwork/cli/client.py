@@ -1,4 +1,4 @@
-"""``tickwork jobs | runs | dlq``: a client of the HTTP API for people.
+"""``tickwork jobs | runs | dlq | audit``: a client of the HTTP API for people.
 
 Tables by default, the API's JSON with ``--json``. The server and token come from
 ``--url``/``--token`` or ``TICKWORK_URL``/``TICKWORK_TOKEN``.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,28 @@ from typing import Any
 import click
 import httpx
 import yaml
+
+
+class ApiRefusal(click.ClickException):
+    """A 4xx/5xx answer, printed as ``STATUS Title: detail``."""
+
+    def __init__(self, status: int, message: str, detail: str, field: str | None) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+        self.detail = detail
+        self.field = field
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> ApiRefusal:
+        try:
+            problem = response.json()
+            detail = str(problem.get("detail"))
+            message = f"{problem.get('title')}: {detail}"
+            field = problem.get("field")
+        except (ValueError, AttributeError):
+            detail = message = response.text.strip() or response.reason_phrase
+            field = None
+        return cls(response.status_code, message, detail, field)
 
 
 @dataclass
@@ -34,10 +57,12 @@ class Client:
         body: Any = None,
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        tenant: str | None = None,
     ) -> Any:
+        """One API call; ``tenant`` (or ``--tenant``) acts for that tenant."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        if self.tenant:
-            query["tenant"] = self.tenant
+        if tenant or self.tenant:
+            query["tenant"] = tenant or self.tenant
         try:
             response = httpx.request(
                 method,
@@ -50,41 +75,48 @@ class Client:
         except httpx.HTTPError as error:
             raise click.ClickException(f"cannot reach {self.url}: {error}") from error
         if response.status_code >= 400:
-            try:
-                problem = response.json()
-                message = f"{problem.get('title')}: {problem.get('detail')}"
-            except ValueError:
-                message = response.text.strip() or response.reason_phrase
-            raise click.ClickException(f"{response.status_code} {message}")
+            raise ApiRefusal.of(response)
         return response.json()
 
-    def show(self, document: Any, columns: Sequence[str] | None = None) -> None:
+    def show(self, document: Any, columns: Sequence[Column] | None = None) -> None:
         if self.as_json:
             click.echo(json.dumps(document, indent=2))
             return
         items = document.get("items", [document]) if isinstance(document, dict) else document
         if columns is None:
+            width = max((len(key) for key in document), default=0)
             for key, value in document.items():
-                click.echo(f"{key:>16}  {_cell(value)}")
+                click.echo(f"{key:>{width}}  {_cell(value)}")
             return
         _table(items, columns)
         if isinstance(document, dict) and document.get("nextCursor"):
             click.echo(f"(more: --cursor {document['nextCursor']})")
 
 
+# A table column: its header and the dotted path of the value in each item.
+Column = tuple[str, str]
+
+# RFC 3339 instants as the API writes them; tables show them to the second.
+_INSTANT = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.\d+Z$")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, dict | list):
         return json.dumps(value, separators=(",", ":"))
-    return str(value)
+    text = str(value)
+    instant = _INSTANT.match(text)
+    return instant.group(1) + "Z" if instant else text
 
 
-def _table(items: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    rows = [[_cell(_dig(item, column)) for column in columns] for item in items]
-    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
-    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in rows:
+def _table(items: Sequence[dict[str, Any]], columns: Sequence[Column]) -> None:
+    rows = [[_cell(_dig(item, path)) for _, path in columns] for item in items]
+    headers = [header for header, _ in columns]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    for row in [headers, *rows]:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
@@ -128,18 +160,43 @@ def with_client(function: Callable[..., None]) -> Callable[..., None]:
     return result
 
 
-JOB_COLUMNS = (
-    "name",
-    "spec.schedule.cron",
-    "spec.queue",
-    "spec.priority",
-    "paused",
-    "nextRunAt",
-    "lastRun.state",
-    "activeRuns",
-    "deadRuns",
+JOB_COLUMNS: tuple[Column, ...] = (
+    ("NAME", "name"),
+    ("CRON", "spec.schedule.cron"),
+    ("ZONE", "spec.schedule.timeZone"),
+    ("QUEUE", "spec.queue"),
+    ("PRIORITY", "spec.priority"),
+    ("PAUSED", "paused"),
+    ("NEXT", "nextRunAt"),
+    ("LAST", "lastRun.state"),
+    ("ACTIVE", "activeRuns"),
+    ("DEAD", "deadRuns"),
 )
-RUN_COLUMNS = ("runId", "job", "state", "attempt", "maxAttempts", "priority", "dueAt", "finishedAt")
+RUN_COLUMNS: tuple[Column, ...] = (
+    ("RUN", "runId"),
+    ("JOB", "job"),
+    ("STATE", "state"),
+    ("ATTEMPT", "attempt"),
+    ("OF", "maxAttempts"),
+    ("PRIORITY", "priority"),
+    ("DUE", "dueAt"),
+    ("FINISHED", "finishedAt"),
+)
+ATTEMPT_COLUMNS: tuple[Column, ...] = (
+    ("ATTEMPT", "attempt"),
+    ("WORKER", "workerId"),
+    ("LEASED", "leasedAt"),
+    ("FINISHED", "finishedAt"),
+    ("OUTCOME", "outcome"),
+    ("ERROR", "error.message"),
+)
+DEAD_COLUMNS: tuple[Column, ...] = (
+    ("RUN", "runId"),
+    ("JOB", "job"),
+    ("ATTEMPT", "attempt"),
+    ("DIED", "finishedAt"),
+    ("ERROR", "lastError.message"),
+)
 
 
 @click.group()
@@ -178,20 +235,42 @@ def jobs_get(client: Client, name: str) -> None:
 @click.option("--name", default=None, help="Job name when the file holds a bare JobSpec.")
 @with_client
 def jobs_apply(client: Client, path: Path, name: str | None) -> None:
-    """Create or replace jobs from a file."""
+    """Create or replace jobs from a file.
+
+    A ScheduledJob's ``metadata.namespace`` is its tenant, as in Kubernetes: an admin
+    token acts for it, a team token only for its own (without a namespace: the token's
+    tenant, or ``--tenant``)."""
     try:
         documents = [d for d in yaml.safe_load_all(path.read_text("utf-8")) if d is not None]
     except yaml.YAMLError as error:
         raise click.ClickException(f"{path}: {error}") from error
     for document in documents:
+        namespace = None
         if isinstance(document, dict) and document.get("kind") == "ScheduledJob":
-            job_name = (document.get("metadata") or {}).get("name")
+            metadata = document.get("metadata") or {}
+            job_name, namespace = metadata.get("name"), metadata.get("namespace")
             spec = document.get("spec") or {}
         else:
             job_name, spec = name, document
         if not job_name:
             raise click.UsageError("the file holds a bare JobSpec: give --name")
-        client.show(client.call("PUT", f"/v1/jobs/{job_name}", body=spec), JOB_COLUMNS)
+        if namespace is not None and not isinstance(namespace, str):
+            raise click.ClickException(f"{path}: metadata.namespace must be a string")
+        if namespace and client.tenant and namespace != client.tenant:
+            raise click.UsageError(
+                f"{path}: {job_name} is in namespace {namespace!r}, not --tenant {client.tenant!r}"
+            )
+        try:
+            job = client.call("PUT", f"/v1/jobs/{job_name}", body=spec, tenant=namespace)
+        except ApiRefusal as refusal:
+            if namespace and refusal.status == 403 and refusal.field == "tenant":
+                raise click.ClickException(
+                    f"{path}: {job_name} is in namespace {namespace!r}, and this token may not "
+                    f"act for that tenant ({refusal.detail}); use the tenant's own token or "
+                    "an admin token"
+                ) from refusal
+            raise
+        client.show(job, JOB_COLUMNS)
 
 
 @jobs.command("delete")
@@ -300,9 +379,7 @@ def runs_get(client: Client, run_id: str) -> None:
     client.show(document)
     if attempts:
         click.echo("")
-        _table(
-            attempts, ("attempt", "workerId", "leasedAt", "finishedAt", "outcome", "error.message")
-        )
+        _table(attempts, ATTEMPT_COLUMNS)
 
 
 @runs.command("cancel")
@@ -327,7 +404,7 @@ def dlq_list(client: Client, job: str | None, cursor: str | None, limit: int | N
     """Dead runs, newest first."""
     client.show(
         client.call("GET", "/v1/dlq", params={"job": job, "cursor": cursor, "limit": limit}),
-        ("runId", "job", "attempt", "finishedAt", "lastError.message"),
+        DEAD_COLUMNS,
     )
 
 
@@ -345,3 +422,26 @@ def dlq_replay(client: Client, run_id: str) -> None:
 def dlq_discard(client: Client, run_id: str) -> None:
     """End a dead run."""
     client.show(client.call("POST", f"/v1/dlq/{run_id}:discard"), RUN_COLUMNS)
+
+
+AUDIT_COLUMNS: tuple[Column, ...] = (
+    ("AT", "at"),
+    ("JOB", "job"),
+    ("ACTION", "action"),
+    ("RUN", "runId"),
+    ("ACTOR", "actor"),
+    ("DETAIL", "detail"),
+)
+
+
+@click.command()
+@click.option("--job", default=None, help="Only this job's entries.")
+@click.option("--cursor", default=None)
+@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@with_client
+def audit(client: Client, job: str | None, cursor: str | None, limit: int | None) -> None:
+    """Who changed which job or run, newest first."""
+    client.show(
+        client.call("GET", "/v1/audit", params={"job": job, "cursor": cursor, "limit": limit}),
+        AUDIT_COLUMNS,
+    )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from tickwork.api import server
 from tickwork.api.services import ApiSettings
 from tickwork.core import fairness
 from tickwork.core.shards import DEFAULT_SHARD_COUNT, ShardMap
@@ -45,6 +47,19 @@ def shard_map(database_urls: tuple[str, ...], shards: int) -> ShardMap:
         return ShardMap.from_dsns(urls, shards if len(urls) == 1 else None)
     except ValueError as error:
         raise click.UsageError(str(error)) from error
+
+
+def listen(role: str, host: str, port: int) -> socket.socket:
+    """The API's listening socket, bound before the role starts anything else; a taken
+    port is one line on stderr and exit status 1, not a traceback."""
+    try:
+        return server.listen(host, port)
+    except server.PortInUse:
+        message = f"port {port} is in use; pass --port"
+    except server.CannotListen as error:
+        message = str(error)
+    click.echo(f"tickwork {role}: {message}", err=True)
+    raise click.exceptions.Exit(1)
 
 
 class _ActionFormatter(logging.Formatter):

@@ -67,7 +67,7 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
 @click.command()
 @options.database_options
 @click.option("--host", default="0.0.0.0", show_default=True)  # noqa: S104 - a server role
-@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option(
     "--tokens",
     "tokens_file",
@@ -96,6 +96,7 @@ def dispatcher(
         tokens = StaticTokens.from_file(tokens_file)
     except ValueError as error:
         raise click.ClickException(str(error)) from error
+    listener = options.listen("dispatcher", host, port)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -106,11 +107,14 @@ def dispatcher(
                     enqueue_rate, enqueue_burst, max_pending_runs, priority_weights, tokens
                 )
                 services = runtime.api_services(database, tokens, Metrics(), settings)
-                server = HttpServer(create_app(services), host, port)
+                server = HttpServer(create_app(services), host, sock=listener)
                 click.echo(f"tickwork API on {await server.start()}")
                 await stop.wait()
                 await server.stop()
         finally:
             remove()
 
-    runtime.run(main())
+    try:
+        runtime.run(main())
+    finally:
+        listener.close()

@@ -167,11 +167,35 @@ class JobRunSummary:
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
+    """One row of a shard's audit log: who did what to a job or run, and when."""
+
+    shard: int
+    id: int
     at: datetime
-    run_id: int | None
+    tenant: str
+    job: str
+    run_id: int | None  # the shard-local id; ``public_run_id`` is the API's
     action: str
     actor: str
     detail: Any
+
+    @property
+    def public_run_id(self) -> str | None:
+        return None if self.run_id is None else shards.format_run_id(self.shard, self.run_id)
+
+    @classmethod
+    def from_record(cls, shard: int, row: Row) -> AuditEntry:
+        return cls(
+            shard=shard,
+            id=row["id"],
+            at=row["at"],
+            tenant=row["tenant"],
+            job=row["job"],
+            run_id=row["run_id"],
+            action=row["action"],
+            actor=row["actor"],
+            detail=decode_json(row["detail"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,11 @@ computes the next due time of a definition, and turns an enqueue request into a 
 
 from __future__ import annotations
 
-import base64
-import binascii
+import enum
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -21,6 +20,7 @@ from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import ConcurrencyLimit, InvalidRequest
 from tickwork.core.records import Attempt, Definition, JobRunSummary, NewRun, Origin, Run, State
 from tickwork.core.spec import JobSpec, Priority
+from tickwork.engine import cursors
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
 
@@ -57,6 +57,24 @@ def same_fire_times(old: JobSpec, new: JobSpec) -> bool:
     )
 
 
+class Change(enum.StrEnum):
+    """What a put did to the stored definition."""
+
+    created = "created"
+    updated = "updated"
+    unchanged = "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    definition: Definition
+    change: Change
+
+    @property
+    def created(self) -> bool:
+        return self.change is Change.created
+
+
 @dataclass(frozen=True, slots=True)
 class JobView:
     definition: Definition
@@ -87,23 +105,24 @@ class Jobs:
     def locate_run(self, run_id: str) -> tuple[int, int]:
         return shards.parse_run_id(run_id, self.database.shard_count)
 
-    async def put(
-        self, tenant: str, name: str, spec: JobSpec, actor: str
-    ) -> tuple[Definition, bool]:
+    async def put(self, tenant: str, name: str, spec: JobSpec, actor: str) -> Stored:
         """Create or replace a job. ``next_due_at`` is recomputed only when the fire
         times changed (cron, timeZone or runAt), so an edit neither loses nor duplicates
-        a run."""
+        a run. Putting the spec the job already has writes nothing: no generation bump,
+        no audit entry (a manifest applied again, a GitOps resync)."""
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
-            now = await database_now(conn, self.clock)
             current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
+            if current is not None and current.spec.to_document() == spec.to_document():
+                return Stored(current, Change.unchanged)
             if current is not None and same_fire_times(current.spec, spec):
                 next_due = current.next_due_at
             else:
-                next_due = next_due_after(spec, now)
-            return await definitions.upsert(
+                next_due = next_due_after(spec, await database_now(conn, self.clock))
+            definition, created = await definitions.upsert(
                 conn, shard, tenant, name, spec, next_due, actor, self.clock.now()
             )
+            return Stored(definition, Change.created if created else Change.updated)
 
     async def get(self, tenant: str, name: str) -> JobView:
         shard = self.shard_of(tenant, name)
@@ -296,49 +315,8 @@ class Jobs:
             return await dlq.discard(conn, shard, local, actor, self.clock.now())
 
 
-_MAX_ID = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class DeadCursor:
-    """Where a DLQ page ended: ``(finishedAt, shard, id)`` of its last run."""
-
-    finished_at: datetime
-    shard: int
-    id: int
-
-    def bound_for(self, shard: int) -> tuple[datetime, int]:
-        """The per-shard ``(finished_at, id) < bound`` equivalent to the global order."""
-        if shard < self.shard:
-            return self.finished_at, _MAX_ID
-        if shard == self.shard:
-            return self.finished_at, self.id
-        return self.finished_at, 0
-
-    def encode(self) -> str:
-        raw = orjson.dumps([self.finished_at.isoformat(), self.shard, self.id])
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> DeadCursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            at, shard, local = orjson.loads(raw)
-            instant = datetime.fromisoformat(at)
-            if instant.tzinfo is None or not isinstance(shard, int) or not isinstance(local, int):
-                raise ValueError(text)
-            if not 0 <= shard < 2**31 or not 0 <= local < 2**63:
-                raise ValueError("position out of range")
-            instant.astimezone(UTC)  # OverflowError: no UTC equivalent in years 1-9999
-            return cls(instant, shard, local)
-        except (
-            ValueError,
-            TypeError,
-            OverflowError,
-            binascii.Error,
-            orjson.JSONDecodeError,
-        ) as error:
-            raise InvalidRequest("malformed cursor", field="cursor") from error
+# The DLQ's cursor: the (finishedAt, shard, id) of the last dead run of a page.
+DeadCursor = cursors.Position
 
 
 def _dead_order(run: Run) -> tuple[datetime, int, int]:

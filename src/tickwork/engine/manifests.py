@@ -6,7 +6,7 @@ the Kubernetes API. The tenant is the namespace (``default`` when absent).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -76,29 +76,81 @@ def manifest_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
+@dataclass(frozen=True, slots=True)
+class FolderScan:
+    """What each manifest file of a folder declares, file by file.
+
+    A file is refused whole (``broken``) when any of its documents is: applying half a
+    file would leave a state nobody wrote down.
+    """
+
+    declared: dict[Path, list[ScheduledJob]]
+    broken: dict[Path, str]
+
+
+def scan_folder(folder: Path) -> FolderScan:
+    declared: dict[Path, list[ScheduledJob]] = {}
+    broken: dict[Path, str] = {}
+    for path in manifest_files(folder):
+        try:
+            declared[path] = load_file(path)
+        except ManifestError as error:
+            broken[path] = str(error)
+    return FolderScan(declared, broken)
+
+
+JobKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """The job a key resolves to, and the file it comes from."""
+
+    path: Path
+    job: ScheduledJob
+
+
+def resolve(
+    scan: FolderScan, owners: Mapping[JobKey, Path] | None = None
+) -> tuple[dict[JobKey, Declaration], list[str]]:
+    """One declaration per job, and a message for every declaration refused as a
+    duplicate.
+
+    Precedence is stable: a job keeps coming from the file that declared it first
+    (``owners``: the file each job came from so far), so adding a file that declares an
+    existing job changes nothing but a log line. Among new declarations the first in
+    path order wins. A job whose file is now broken is not resolved here (the caller
+    keeps it as it was), and every other declaration of it is refused.
+    """
+    owners = owners or {}
+    candidates: dict[JobKey, list[Declaration]] = {}
+    for path, jobs in scan.declared.items():
+        for job in jobs:
+            candidates.setdefault((job.tenant, job.name), []).append(Declaration(path, job))
+    chosen: dict[JobKey, Declaration] = {}
+    refused: list[str] = []
+    for key, found in candidates.items():
+        owner = owners.get(key)
+        if owner is not None and owner in scan.broken:
+            winner, where = None, f"{owner} (refused until fixed)"
+        else:
+            winner = next((d for d in found if d.path == owner), found[0])
+            chosen[key] = winner
+            where = winner.job.source
+        for declaration in found:
+            if declaration is not winner:
+                refused.append(
+                    f"{declaration.job.source}: {key[0]}/{key[1]} is already declared in "
+                    f"{where}; this declaration is ignored"
+                )
+    return chosen, refused
+
+
 def load_folder(folder: Path) -> tuple[list[ScheduledJob], list[str]]:
     """Every ScheduledJob under ``folder`` and the errors of the files that failed.
 
     A bad file does not stop the others from loading.
     """
-    jobs: list[ScheduledJob] = []
-    errors: list[str] = []
-    for path in manifest_files(folder):
-        try:
-            jobs += load_file(path)
-        except ManifestError as error:
-            errors.append(str(error))
-    return _unique(jobs, errors), errors
-
-
-def _unique(jobs: Iterable[ScheduledJob], errors: list[str]) -> list[ScheduledJob]:
-    seen: dict[tuple[str, str], ScheduledJob] = {}
-    for job in jobs:
-        key = (job.tenant, job.name)
-        if key in seen:
-            errors.append(
-                f"{job.source}: {job.tenant}/{job.name} is also declared in {seen[key].source}"
-            )
-            continue
-        seen[key] = job
-    return list(seen.values())
+    scan = scan_folder(folder)
+    chosen, refused = resolve(scan)
+    return [d.job for d in chosen.values()], [*scan.broken.values(), *refused]

@@ -20,7 +20,7 @@ import asyncpg
 
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.shards import Shard
-from tickwork.store import database, queries
+from tickwork.store import database, queries, retention
 from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
@@ -108,6 +108,11 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
             applied_now.append(migration.version)
         await conn.execute(CLAIM_SHARD_IDENTITY, shard.number, shard_count)
         await _check_identity(conn, shard, shard_count)
+        # A dispatcher may complete runs before any scheduler has done its partition
+        # maintenance: without today's partition those attempts would land in the
+        # default partition for good (and the scheduler would warn about it at every
+        # start that day). A migrated shard is ready to store attempts by day.
+        await retention.ensure_all_partitions(conn)
     return applied_now
 
 

@@ -4,7 +4,7 @@ UTC day.
 Partitions are created a few days ahead, so rows never land in the default partition
 while the scheduler runs; history older than the retention (30 days by default) is a
 partition drop, not a ``DELETE``. A day whose rows already sit in the default partition
-(the scheduler was down for days, or the rows came from before version 4) keeps them
+(the scheduler was down for days, or the rows came from before version 5) keeps them
 there, and retention deletes them row by row. Run keys (cron fire times, idempotency
 keys) of runs no longer live are forgotten after the same retention.
 """
@@ -37,6 +37,7 @@ JOIN pg_namespace AS ns ON ns.oid = parent.relnamespace
 WHERE parent.relname = $1 AND ns.nspname = current_schema()
 """
 LIST_PARTITIONS: Final = LIST_PARTITIONS_OF.replace("$1", "'attempts'")
+TABLE_EXISTS: Final = "SELECT to_regclass($1) IS NOT NULL"
 TODAY: Final = "SELECT (coalesce($1::timestamptz, now()) AT TIME ZONE 'UTC')::date"
 DELETE_OLD_DEFAULT_ROWS: Final = {
     "attempts": "DELETE FROM attempts_default WHERE finished_at < $1",
@@ -105,10 +106,12 @@ async def ensure_partitions(
 async def ensure_all_partitions(
     conn: Connection, now: datetime | None = None, days_ahead: int = DAYS_AHEAD
 ) -> list[str]:
-    """``ensure_partitions`` for every day-partitioned table."""
+    """``ensure_partitions`` for every day-partitioned table the schema has (a shard
+    being migrated step by step may not have all of them yet)."""
     created = []
     for parent in PARTITIONED:
-        created += await ensure_partitions(conn, now, days_ahead, parent)
+        if await conn.fetchval(TABLE_EXISTS, parent):
+            created += await ensure_partitions(conn, now, days_ahead, parent)
     return created
 
 

@@ -12,7 +12,6 @@ from tickwork.core.errors import InvalidState, NotFound
 from tickwork.core.records import (
     PENDING,
     Attempt,
-    AuditEntry,
     JobRunSummary,
     NewRun,
     Run,
@@ -39,7 +38,6 @@ CANCEL_RUNS_OF_JOB: Final = queries.get("cancel_runs_of_job")
 JOB_RUN_COUNTS: Final = queries.get("job_run_counts")
 LAST_FINISHED_RUN: Final = queries.get("last_finished_run")
 RECORD_AUDIT: Final = queries.get("record_audit")
-AUDIT_OF_JOB: Final = queries.get("audit_of_job")
 NOTIFY_READY: Final = queries.get("notify_ready")
 
 
@@ -280,15 +278,3 @@ async def audit(
         None if detail is None else orjson.dumps(detail).decode(),
         now,
     )
-
-
-async def audit_of_job(
-    conn: Connection, tenant: str, job: str, limit: int = 100
-) -> list[AuditEntry]:
-    rows = await conn.fetch(AUDIT_OF_JOB, tenant, job, limit)
-    return [
-        AuditEntry(
-            row["at"], row["run_id"], row["action"], row["actor"], decode_json(row["detail"])
-        )
-        for row in rows
-    ]

@@ -493,23 +493,13 @@ class Worker:
                 await self._call(handler, context)
                 completion = Completion(context.run_id, context.fencing_token, "succeeded")
         except NonRetryableError as error:
-            log.warning(
-                "run %s failed for good: %s",
-                context.run_id,
-                error,
-                extra={"action": "failed", "run_id": context.run_id},
-            )
+            _log_failure(context, error, "failed for good (not retryable)")
             completion = self._failure(context, _message(error), retryable=False)
         except asyncio.CancelledError:
             completion = self._failure(context, "worker stopped before the handler finished")
             raise
         except Exception as error:
-            log.warning(
-                "run %s failed",
-                context.run_id,
-                exc_info=True,
-                extra={"action": "failed", "run_id": context.run_id},
-            )
+            _log_failure(context, error, "failed")
             completion = self._failure(context, _message(error))
         finally:
             self._finish(held, completion)
@@ -777,6 +767,24 @@ class Worker:
 def _completion_of(held: _Held) -> Completion:
     assert held.completion is not None, "only finished runs wait for completion"
     return held.completion
+
+
+def _log_failure(context: RunContext, error: BaseException, what: str) -> None:
+    """One line per failed attempt: a handler that raises is the expected way to fail a
+    run, and a traceback per retry would bury everything else. The traceback is there at
+    DEBUG for whoever debugs the handler."""
+    extra = {"action": "failed", "run_id": context.run_id}
+    log.warning(
+        "run %s (%s, attempt %d) %s: %s",
+        context.run_id,
+        context.job,
+        context.attempt,
+        what,
+        _message(error),
+        extra=extra,
+    )
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("run %s: the handler raised", context.run_id, exc_info=error, extra=extra)
 
 
 def _message(error: BaseException) -> str:

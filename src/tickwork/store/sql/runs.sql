@@ -195,10 +195,3 @@ FROM unnest($2::text[]) AS j(job)
 -- name: record_audit
 INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
 VALUES (coalesce($7::timestamptz, now()), $1, $2, $3, $4, $5, $6::jsonb)
-
--- name: audit_of_job
-SELECT at, run_id, action, actor, detail
-FROM audit_log
-WHERE tenant = $1 AND job = $2
-ORDER BY id DESC
-LIMIT $3

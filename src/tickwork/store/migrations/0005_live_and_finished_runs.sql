@@ -1,4 +1,4 @@
--- tickwork shard schema, version 4: a narrow hot table of live runs, finished runs in
+-- tickwork shard schema, version 5: a narrow hot table of live runs, finished runs in
 -- a day-partitioned history, and run keys that outlive both.
 --
 -- Measured on version 3 (EXPLAIN ANALYZE, BUFFERS, WAL; 200 000 ready and 500 000

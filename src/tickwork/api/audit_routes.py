@@ -1,0 +1,55 @@
+"""The audit log: who changed which job or run, newest first (team and admin tokens)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from starlette.responses import Response
+
+from tickwork.api import models, render, responses
+from tickwork.api.auth import Principal, Role
+from tickwork.api.services import Services, principal, services
+from tickwork.core.errors import InvalidRequest
+from tickwork.core.spec import check_name
+from tickwork.engine import audit
+from tickwork.engine.cursors import Position
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get(
+    "/audit",
+    summary="The tenant's audit log, newest first",
+    responses={
+        200: {"model": models.AuditPage},
+        400: {"model": models.Problem, "description": "invalid-request"},
+        403: {"model": models.Problem, "description": "forbidden"},
+    },
+)
+async def list_audit(
+    caller: Annotated[Principal, Depends(principal)],
+    svc: Annotated[Services, Depends(services)],
+    job: Annotated[str | None, Query(description="Only this job's entries.")] = None,
+    cursor: Annotated[str | None, Query(description="nextCursor of the previous page.")] = None,
+    limit: Annotated[int | None, Query(ge=1, le=500, description="Page size (default 50).")] = None,
+    tenant: Annotated[
+        str | None, Query(description="Admin tokens only: act for this tenant.")
+    ] = None,
+) -> Response:
+    caller.require(Role.team)
+    owner = caller.tenant_for(tenant)
+    if job is not None:
+        try:
+            check_name(job)
+        except ValueError as error:
+            raise InvalidRequest(str(error), field="job") from error
+    after = None if cursor is None else Position.decode(cursor)
+    size = limit or svc.settings.default_page_size
+    page, next_cursor = await audit.entries(svc.database, owner, job, after, size)
+    return responses.json(
+        {
+            "items": [render.audit_entry(entry) for entry in page],
+            "nextCursor": None if next_cursor is None else next_cursor.encode(),
+        }
+    )

@@ -1,0 +1,108 @@
+"""Keep the jobs declared in a folder of ScheduledJob YAML in the store.
+
+``tickwork dev --manifests`` runs it on every change of the folder. The rules are the
+ones a GitOps reconciler follows:
+
+- a job comes from one file; another file declaring it too is refused (logged), and
+  the job keeps coming from the file that declared it first, whatever the path order;
+- a job whose file is removed, or no longer declares it, is deleted (pending runs
+  cancelled, history kept);
+- a broken file (unreadable YAML, an invalid document) is refused whole, and the jobs
+  it declared before it broke are kept as they were, until it is fixed or removed.
+  Nothing else waits for it: other files' changes and deletions take effect;
+- a job whose spec did not change is not written (no generation bump, no audit entry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from tickwork.core.errors import NotFound
+from tickwork.engine import manifests
+from tickwork.engine.jobs import Change, Jobs
+from tickwork.engine.manifests import JobKey, ScheduledJob
+
+logger = logging.getLogger("tickwork.manifests")
+
+ACTOR: Final = "manifests"
+
+
+@dataclass(frozen=True, slots=True)
+class _Applied:
+    path: Path
+    job: ScheduledJob
+
+
+class ManifestSync:
+    def __init__(self, jobs: Jobs, folder: Path, actor: str = ACTOR) -> None:
+        self.jobs = jobs
+        self.folder = folder
+        self.actor = actor
+        # What is in the store, as this process last wrote it, and the file it came from.
+        self._applied: dict[JobKey, _Applied] = {}
+
+    @property
+    def known(self) -> dict[JobKey, ScheduledJob]:
+        return {key: applied.job for key, applied in self._applied.items()}
+
+    @property
+    def queues(self) -> list[str]:
+        return sorted({job.spec.queue for job in self.known.values()} | {"default"})
+
+    async def sync(self) -> None:
+        scan = manifests.scan_folder(self.folder)
+        owners = {key: applied.path for key, applied in self._applied.items()}
+        chosen, duplicates = manifests.resolve(scan, owners)
+        for message in [*scan.broken.values(), *duplicates]:
+            logger.error("manifest refused: %s", message, extra={"action": "manifest-error"})
+        wanted = {key: _Applied(d.path, d.job) for key, d in chosen.items()}
+        for key, applied in self._applied.items():
+            if applied.path in scan.broken:  # kept as it was until the file is fixed
+                wanted[key] = applied
+        for key, target in wanted.items():
+            before = self._applied.get(key)
+            if before is not None and before.job.spec == target.job.spec:
+                self._applied[key] = target  # at most its file moved
+                continue
+            job = target.job
+            stored = await self.jobs.put(job.tenant, job.name, job.spec, self.actor)
+            self._applied[key] = target
+            level = logging.DEBUG if stored.change is Change.unchanged else logging.INFO
+            logger.log(
+                level,
+                "%s job %s/%s from %s",
+                stored.change.value,
+                job.tenant,
+                job.name,
+                job.source,
+                extra={"action": "manifest-apply"},
+            )
+        for key in sorted(set(self._applied) - set(wanted)):
+            # Deleted through the API meanwhile: the outcome is the same.
+            with contextlib.suppress(NotFound):
+                await self.jobs.delete(key[0], key[1], self.actor)
+            del self._applied[key]
+            logger.info(
+                "deleted job %s/%s (its manifest is gone)",
+                *key,
+                extra={"action": "manifest-delete"},
+            )
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        from watchfiles import awatch
+
+        async for _changes in awatch(self.folder, stop_event=stop, debounce=300):
+            try:
+                await self.sync()
+            except Exception:
+                # The store may be away for a moment; the next change syncs again, and
+                # what was applied so far is recorded job by job.
+                logger.exception(
+                    "manifest sync failed; it runs again at the next change",
+                    extra={"action": "manifest-sync-error"},
+                )

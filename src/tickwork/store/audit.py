@@ -1,0 +1,32 @@
+"""Reading the audit log of one shard (entries are written by ``runs.audit`` in the
+transaction of the change they record)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from tickwork.core.records import AuditEntry
+from tickwork.store import queries
+from tickwork.store.database import Connection
+
+AUDIT_OF_TENANT: Final = queries.get("audit_of_tenant")
+AUDIT_OF_JOB: Final = queries.get("audit_of_job")
+
+
+async def page(
+    conn: Connection,
+    shard: int,
+    tenant: str,
+    job: str | None,
+    before: tuple[datetime, int] | None,
+    limit: int,
+) -> list[AuditEntry]:
+    """Entries of ``tenant`` (optionally one job), newest first, strictly before the
+    ``(at, id)`` bound."""
+    at, entry_id = before if before is not None else (None, None)
+    if job is None:
+        rows = await conn.fetch(AUDIT_OF_TENANT, tenant, at, entry_id, limit)
+    else:
+        rows = await conn.fetch(AUDIT_OF_JOB, tenant, job, at, entry_id, limit)
+    return [AuditEntry.from_record(shard, row) for row in rows]

@@ -1,0 +1,1 @@
+"""An emulated Kubernetes API server for tests: see ``README.md`` in this folder."""
