@@ -292,7 +292,9 @@ async def wakeup(url: str, samples: int = 200) -> list[float]:
     started: dict[int, float] = {}
     seen = asyncio.Event()
 
-    def handle(context: RunContext) -> None:
+    async def handle(context: RunContext) -> None:
+        # On the event loop: a plain function would run in a thread, and an asyncio
+        # Event set from there wakes nobody until the loop next turns.
         started[context.payload["n"]] = time.perf_counter()
         seen.set()
 

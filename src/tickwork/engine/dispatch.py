@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -74,13 +74,18 @@ class Dispatcher:
         worker_id: str,
         lease_seconds: float,
         tenant: str | None = None,
+        prefer: Iterable[int] = (),
     ) -> list[Lease]:
-        """Claim up to ``limit`` runs of ``queues``, visiting shards round-robin."""
+        """Claim up to ``limit`` runs of ``queues``, visiting shards round-robin (the
+        ``prefer`` shards first: those that just notified ready runs)."""
         count = self.database.shard_count
         first = next(self._start) % count
         granted: list[Lease] = []
-        for offset in range(count):
-            shard = (first + offset) % count
+        preferred = [shard for shard in prefer if 0 <= shard < count]
+        order = preferred + [
+            shard for shard in ((first + n) % count for n in range(count)) if shard not in preferred
+        ]
+        for shard in order:
             async with self.database.connection(shard) as conn:
                 granted += await leases.claim(
                     conn,

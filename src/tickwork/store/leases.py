@@ -34,6 +34,7 @@ from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
 CLAIM: Final = queries.get("claim")
+GENERIC_PLAN: Final = "SET LOCAL plan_cache_mode TO force_generic_plan"
 LOCK_JOBS: Final = queries.get("lock_jobs")
 OVER_LIMIT: Final = queries.get("over_limit")
 HEARTBEAT: Final = queries.get("heartbeat")
@@ -75,18 +76,22 @@ async def claim(
     if not 1 <= limit <= MAX_BATCH:
         raise ValueError(f"limit must be 1..{MAX_BATCH}")
     shares = shares or SHARED_PRIORITY_SHARES
-    rows = await conn.fetch(
-        CLAIM,
-        list(queues),
-        limit,
-        worker_id,
-        now,
-        lease_seconds,
-        tenant,
-        shares.passes,
-        shares.weights,
-        shares.seed(),
-    )
+    async with conn.transaction():
+        # The claim's plan is the same for every argument (index scans throughout), but
+        # PostgreSQL kept planning it anew: 2-5 ms each time against 0.7 ms to run it.
+        await conn.execute(GENERIC_PLAN)
+        rows = await conn.fetch(
+            CLAIM,
+            list(queues),
+            limit,
+            worker_id,
+            now,
+            lease_seconds,
+            tenant,
+            shares.passes,
+            shares.weights,
+            shares.seed(),
+        )
     shares.record(row["priority"] for row in rows)
     if any(row["concurrency"] for row in rows):
         rows = await _settle_limits(conn, rows, now)
