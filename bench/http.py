@@ -71,6 +71,8 @@ SELECT r.priority, a.leased_at - r.ready_at AS lag
 FROM attempts AS a
 JOIN finished_runs AS r ON r.id = a.run_id
 WHERE a.attempt = 1 AND r.tenant = $1 AND r.job = ANY($2::text[])
+  AND r.ready_at >= (SELECT min(ready_at) FROM runs WHERE tenant = $1)
+                    + make_interval(secs => $3)
 """
 # The feeder of (f): ready runs of the three priorities (20/30/50 %), as a scheduler's
 # due flip makes them.
@@ -355,10 +357,12 @@ async def _feed(shard_map: ShardMap, rate: float, seconds: float) -> int:
     return fed
 
 
-async def _lags(shard_map: ShardMap, tenant: str, jobs: list[str]) -> dict[int, list[float]]:
+async def _lags(
+    shard_map: ShardMap, tenant: str, jobs: list[str], skip_seconds: float = 0.0
+) -> dict[int, list[float]]:
     found: dict[int, list[float]] = {0: [], 1: [], 2: []}
     for conn in await _connect_all(shard_map):
-        for row in await conn.fetch(START_LAGS, tenant, jobs):
+        for row in await conn.fetch(START_LAGS, tenant, jobs, skip_seconds):
             found[row["priority"]].append(max(row["lag"].total_seconds(), 0.0))
         await conn.close()
     return found
@@ -375,15 +379,25 @@ async def _ready_left(shard_map: ShardMap) -> int:
 def start_lag(
     url: str, shard_map: ShardMap, max_rate: float, seconds: float
 ) -> dict[int, list[float]]:
+    """Feed ready runs at 80 % of ``max_rate`` for ``seconds`` to 4 SDK processes; the
+    lags of the runs made ready after a warm-up (the processes are up and leasing)."""
     asyncio.run(_clear(shard_map))
     rate = 0.8 * max_rate
+    warm_up = 3.0
     context = multiprocessing.get_context("spawn")
-    with context.Pool(4) as pool:
-        workers = pool.map_async(_sdk_process, [(url, 100, seconds + 3, WORKER, QUEUE)] * 4)
-        time.sleep(1.0)  # the workers are up and long-polling
-        asyncio.run(_feed(shard_map, rate, seconds))
-        workers.get(timeout=seconds + 60)
-    return asyncio.run(_lags(shard_map, "bench", ["lag"]))
+    pool = context.Pool(4)
+    try:
+        pool.map_async(_sdk_process, [(url, 100, seconds + warm_up + 30, WORKER, QUEUE)] * 4)
+        time.sleep(3.0)  # spawned, imported, long-polling
+        asyncio.run(_clear(shard_map))
+        asyncio.run(_feed(shard_map, rate, seconds + warm_up))
+        deadline = time.monotonic() + 30
+        while asyncio.run(_ready_left(shard_map)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        pool.terminate()
+        pool.join()
+    return asyncio.run(_lags(shard_map, "bench", ["lag"], skip_seconds=warm_up))
 
 
 # --- (g) fairness -----------------------------------------------------------------------
