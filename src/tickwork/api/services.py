@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import Authenticator, Principal, authenticate_header
-from tickwork.core import fairness
+from tickwork.core import fairness, limits
 from tickwork.engine import quotas
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.jobs import Jobs
@@ -24,12 +24,12 @@ from tickwork.store.wakeup import ReadySignal
 @dataclass(frozen=True)
 class ApiSettings:
     # Bounds every request body: a batch of 1 000 runs of 256 KiB each is not welcome.
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: int = limits.MAX_BODY_BYTES
     # A long-poll re-checks the database at least this often, in case a notification
     # was lost while a listening connection was being re-established.
     long_poll_recheck_seconds: float = 5.0
-    default_page_size: int = 50
-    max_page_size: int = 500
+    default_page_size: int = limits.DEFAULT_PAGE_SIZE
+    max_page_size: int = limits.MAX_PAGE_SIZE
     # Per tenant, shared by every API process: a sustained enqueue rate, the burst above
     # it, and the most runs waiting (scheduled, ready, retry_wait). The tokens file may
     # set them per tenant.

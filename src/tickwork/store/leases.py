@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar
 import asyncpg
 import orjson
 
-from tickwork.core import backoff, fairness, shards
+from tickwork.core import backoff, fairness, limits, shards
 from tickwork.core.errors import NotFound, StaleLease, TickworkError
 from tickwork.core.records import (
     UNRESTRICTED,
@@ -51,8 +51,6 @@ SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
 SECONDS_UNTIL_NEXT_DUE: Final = queries.get("seconds_until_next_due")
 RELEASE: Final = queries.get("release")
 
-MAX_BATCH: Final = 100
-MAX_EXTENSION_SECONDS: Final = 6 * 3600
 LEASE_EXPIRED_ERROR: Final = {"message": "lease expired", "reason": "lease-expired"}
 
 
@@ -73,8 +71,8 @@ async def claim(
     a priority, oldest ready first within a tenant; see the ``claim`` query. The leases
     come back by priority, then oldest ready.
     """
-    if not 1 <= limit <= MAX_BATCH:
-        raise ValueError(f"limit must be 1..{MAX_BATCH}")
+    if not 1 <= limit <= limits.MAX_LEASE_BATCH:
+        raise ValueError(f"limit must be 1..{limits.MAX_LEASE_BATCH}")
     shares = shares or SHARED_PRIORITY_SHARES
     async with conn.transaction():
         # The claim's plan is the same for every argument (index scans throughout), but
@@ -174,7 +172,9 @@ async def heartbeat(
     # One statement per distinct extension (workers use one value, so usually one).
     by_extension: dict[float, list[Beat]] = {}
     for beat in beats:
-        seconds = min(max(beat.extend_seconds, 1.0), MAX_EXTENSION_SECONDS)
+        seconds = min(
+            max(beat.extend_seconds, float(limits.MIN_LEASE_SECONDS)), limits.MAX_EXTENSION_SECONDS
+        )
         by_extension.setdefault(seconds, []).append(beat)
     async with conn.transaction():
         for seconds, group in by_extension.items():

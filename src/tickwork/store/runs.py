@@ -67,6 +67,7 @@ async def insert(
         new.payload_json,
         now,
         new.concurrency,
+        new.request_fingerprint,
     )
     if row is None:
         existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
@@ -105,6 +106,7 @@ async def insert_many(
         [n.payload_json for n in news],
         now,
         [n.concurrency for n in news],
+        [n.request_fingerprint for n in news],
     )
     inserted = {row["id"]: Run.from_record(shard, row) for row in rows}
     results: list[tuple[Run, bool]] = []

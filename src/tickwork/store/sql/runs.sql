@@ -3,7 +3,8 @@
 -- name: insert_run
 -- A run whose ready time has come is inserted `ready`, otherwise `scheduled`. A run
 -- with an idempotency key first claims the key in run_keys (which outlives the run);
--- a second insert with the same key inserts nothing (the caller then reads the first).
+-- a second insert with the same key inserts nothing (the caller then reads the first
+-- and compares $17, the request's fingerprint, with the one stored).
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
 ), new AS (
@@ -19,12 +20,12 @@ WITH clock AS (
 INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
                        retry_base, retry_max, timeout_seconds, due_at, ready_at,
                        start_deadline, idempotency_key, payload, created_at, updated_at,
-                       concurrency)
+                       concurrency, request_fingerprint)
 SELECT new.id, $1, $2, $3, $4,
        CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
        $5, $6, $7, $8, $9,
        coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
-       clock.now, clock.now, $16
+       clock.now, clock.now, $16, $17
 FROM new, clock
 WHERE $13::text IS NULL OR EXISTS (SELECT 1 FROM claimed_key)
 RETURNING *
@@ -33,8 +34,9 @@ RETURNING *
 SELECT nextval('run_ids') AS id FROM generate_series(1, $1)
 
 -- name: insert_runs
--- Many runs of one job in one statement ($1 the ids drawn by new_run_ids); like
--- insert_run, a run whose idempotency key is taken is left out.
+-- Many runs of one job in one statement ($1 the ids drawn by new_run_ids, $17 the
+-- requests' fingerprints); like insert_run, a run whose idempotency key is taken is
+-- left out.
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
 ), new AS (
@@ -42,10 +44,10 @@ WITH clock AS (
     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::smallint[],
                 $6::text[], $7::integer[], $8::double precision[], $9::double precision[],
                 $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[],
-                $14::jsonb[], $16::integer[])
+                $14::jsonb[], $16::integer[], $17::bytea[])
          AS n(id, tenant, job, queue, priority, origin, max_attempts, retry_base,
               retry_max, timeout_seconds, due_at, ready_at, idempotency_key, payload,
-              concurrency)
+              concurrency, request_fingerprint)
 ), claimed_keys AS (
     INSERT INTO run_keys (tenant, job, idempotency_key, run_id, created_at)
     SELECT tenant, job, idempotency_key, id, clock.now
@@ -57,13 +59,15 @@ WITH clock AS (
 )
 INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
                        retry_base, retry_max, timeout_seconds, due_at, ready_at,
-                       idempotency_key, payload, created_at, updated_at, concurrency)
+                       idempotency_key, payload, created_at, updated_at, concurrency,
+                       request_fingerprint)
 SELECT new.id, new.tenant, new.job, new.queue, new.priority,
        CASE WHEN coalesce(new.ready_at, clock.now) <= clock.now THEN 'ready'
             ELSE 'scheduled' END,
        new.origin, new.max_attempts, new.retry_base, new.retry_max, new.timeout_seconds,
        coalesce(new.due_at, clock.now), coalesce(new.ready_at, clock.now),
-       new.idempotency_key, new.payload, clock.now, clock.now, new.concurrency
+       new.idempotency_key, new.payload, clock.now, clock.now, new.concurrency,
+       new.request_fingerprint
 FROM new, clock
 WHERE new.idempotency_key IS NULL
    OR new.id IN (SELECT run_id FROM claimed_keys)
