@@ -163,8 +163,8 @@ async def test_a_tenant_holding_many_leases_yields_to_the_others(shard_map: Shar
 async def test_16_concurrent_claimers_never_exceed_a_jobs_limit(shard_map: ShardMap) -> None:
     limit = 3
     setup = await db.connect(shard_map[0])
-    await preload(setup, "acme", 300, job="limited", concurrency=limit)
-    await preload(setup, "acme", 300, job="free")
+    await preload(setup, "acme", 150, job="limited", concurrency=limit)
+    await preload(setup, "acme", 150, job="free")
     held: set[int] = set()
     peak = 0
     limited_done = 0
@@ -174,7 +174,7 @@ async def test_16_concurrent_claimers_never_exceed_a_jobs_limit(shard_map: Shard
         conn = await db.connect(shard_map[0])
         shares = PriorityShares()
         try:
-            while limited_done < 300:
+            while limited_done < 150:
                 granted = await claim(conn, 1 + number % 4, shares, worker=f"w{number}")
                 mine = [g for g in granted if g.job == "limited"]
                 held.update(g.id for g in mine)

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from conftest import TEST_SHARDS, scratch_database
+from conftest import TEMPLATE, TEST_SHARDS, scratch_database
 
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.shards import Shard, ShardMap
@@ -403,17 +403,28 @@ def _index_names(plan: Any) -> set[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+async def busy_url(server_url: str, template_url: str) -> AsyncIterator[str]:
+    """Shard 0 holding 20 000 live runs and 20 000 finished ones, seeded once for the
+    plan guards (each runs its statement in a transaction it rolls back)."""
+    async with scratch_database(server_url, "tickwork_busy", TEMPLATE) as url:
+        conn = await database.connect(shards_of(url)[0])
+        try:
+            await conn.execute(SEED_LIVE_RUNS, 20_000)
+            await conn.execute(SEED_FINISHED_RUNS, 20_000)
+            await conn.execute(SEED_RUN_KEYS)
+            await conn.execute(SEED_AUDIT, 20_000)
+            await conn.execute("ANALYZE live_runs; ANALYZE finished_runs; ANALYZE run_keys")
+            await conn.execute("ANALYZE audit_log")
+        finally:
+            await conn.close()
+        yield url
+
+
 @pytest.fixture
-async def busy_shard(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """Shard 0 holding 20 000 live runs and 20 000 finished ones."""
-    conn = await database.connect(shards_of(database_url)[0])
+async def busy_shard(busy_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await database.connect(shards_of(busy_url)[0])
     try:
-        await conn.execute(SEED_LIVE_RUNS, 20_000)
-        await conn.execute(SEED_FINISHED_RUNS, 20_000)
-        await conn.execute(SEED_RUN_KEYS)
-        await conn.execute(SEED_AUDIT, 20_000)
-        await conn.execute("ANALYZE live_runs; ANALYZE finished_runs; ANALYZE run_keys")
-        await conn.execute("ANALYZE audit_log")
         yield conn
     finally:
         await conn.close()
