@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tickwork.api.auth import Authenticator, Principal, authenticate_header
+from tickwork.api.auth import PRINCIPAL, Authenticator, Principal
 from tickwork.core import fairness, limits
 from tickwork.engine import quotas
 from tickwork.engine.dispatch import Dispatcher
@@ -39,6 +39,10 @@ class ApiSettings:
     quota_overrides: Mapping[str, Mapping[str, float | int]] = field(default_factory=dict)
     # Claims split critical/default/bulk by these weights when all have ready work.
     priority_weights: tuple[float, float, float] = fairness.DEFAULT_WEIGHTS
+    # /readyz answers within this many seconds even when a shard's link hangs.
+    readiness_timeout_seconds: float = 1.0
+    # A request body must have arrived whole this many seconds after its headers.
+    body_timeout_seconds: float = limits.BODY_READ_TIMEOUT_SECONDS
 
     def tenant_limits(self) -> dict[str, quotas.TenantLimits]:
         defaults = self.default_limits()
@@ -77,14 +81,19 @@ def services(request: Request) -> Services:
     return found
 
 
-# Declares the bearer scheme in the OpenAPI document; the header is checked below.
+# Declares the bearer scheme in the OpenAPI document; auth.Authenticate checks it.
 _bearer = HTTPBearer(auto_error=False, description="A tickwork token.")
+
+
+def caller(request: Request) -> Principal:
+    """Who is calling: ``auth.Authenticate`` authenticated the request before any
+    route saw it."""
+    found: Principal = request.scope["state"][PRINCIPAL]
+    return found
 
 
 async def principal(
     request: Request,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    return await authenticate_header(
-        services(request).authenticator, request.headers.get("authorization")
-    )
+    return caller(request)

@@ -7,6 +7,12 @@ partition drop, not a ``DELETE``. A day whose rows already sit in the default pa
 (the scheduler was down for days, or the rows came from before version 5) keeps them
 there, and retention deletes them row by row. Run keys (cron fire times, idempotency
 keys) of runs no longer live are forgotten after the same retention.
+
+Several schedulers (or ``tickwork dev``) may maintain the same shard at once: each
+maintenance runs in one transaction holding a lock per shard, so they take turns.
+Partition names come from a fixed pattern (``attempts_YYYYMMDD``,
+``finished_runs_YYYYMMDD``), are checked against it, and reach the DDL through
+PostgreSQL's ``format('%I')``; the bounds are bound parameters.
 """
 
 from __future__ import annotations
@@ -48,6 +54,17 @@ DELETE FROM run_keys AS k
 WHERE k.created_at < $1
   AND NOT EXISTS (SELECT 1 FROM live_runs AS r WHERE r.id = k.run_id)
 """
+# One lock per shard schema (shards may share a database): the key hashes the schema.
+LOCK_SHARD_MAINTENANCE: Final = (
+    "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/attempts', 0))"
+)
+# DDL takes no bind parameters: PostgreSQL quotes the names (%I) and the bounds (%L)
+# given as parameters, and the statement it returns is run as is.
+CREATE_PARTITION_DDL: Final = (
+    "SELECT format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', "
+    "$1::text, $4::text, $2::timestamptz, $3::timestamptz)"
+)
+DROP_PARTITION_DDL: Final = "SELECT format('DROP TABLE IF EXISTS %I', $1::text)"
 
 
 def partition_name(day: date, parent: str = "attempts") -> str:
@@ -56,14 +73,26 @@ def partition_name(day: date, parent: str = "attempts") -> str:
     return f"{parent}_{day:%Y%m%d}"
 
 
-def _create_partition_sql(day: date, parent: str) -> str:
-    # DDL takes no parameters; the names come from the allow-list and the bounds from a
-    # date object only.
-    start, end = day.isoformat(), (day + timedelta(days=1)).isoformat()
-    return (
-        f"CREATE TABLE IF NOT EXISTS {partition_name(day, parent)} PARTITION OF {parent} "
-        f"FOR VALUES FROM ('{start} 00:00:00+00') TO ('{end} 00:00:00+00')"
+def _checked(name: str) -> str:
+    if _PARTITION.fullmatch(name) is None:
+        raise ValueError(f"not a history partition name: {name!r}")
+    return name
+
+
+async def _create_partition(conn: Connection, day: date, parent: str) -> None:
+    start = datetime.combine(day, time(), tzinfo=UTC)
+    ddl = await conn.fetchval(
+        CREATE_PARTITION_DDL,
+        _checked(partition_name(day, parent)),
+        start,
+        start + timedelta(days=1),
+        parent,
     )
+    await conn.execute(ddl)
+
+
+async def _drop_partition(conn: Connection, name: str) -> None:
+    await conn.execute(await conn.fetchval(DROP_PARTITION_DDL, _checked(name)))
 
 
 async def today(conn: Connection, now: datetime | None = None) -> date:
@@ -80,26 +109,30 @@ async def ensure_partitions(
 ) -> list[str]:
     """Create the partitions of ``parent`` for today and the next ``days_ahead`` days;
     return the new ones."""
-    first = await today(conn, now)
-    existing = {row["name"] for row in await conn.fetch(LIST_PARTITIONS_OF, parent)}
     created = []
-    for offset in range(days_ahead + 1):
-        day = first + timedelta(days=offset)
-        name = partition_name(day, parent)
-        if name in existing:
-            continue
-        try:
-            async with conn.transaction():
-                await conn.execute(_create_partition_sql(day, parent))
-        except asyncpg.CheckViolationError:
-            logger.warning(
-                "%s of %s are in the default partition; leaving them there",
-                parent,
-                day,
-                extra={"action": "retention-skip"},
-            )
-            continue
-        created.append(name)
+    async with conn.transaction():
+        await conn.execute(LOCK_SHARD_MAINTENANCE)
+        first = await today(conn, now)
+        existing = {row["name"] for row in await conn.fetch(LIST_PARTITIONS_OF, parent)}
+        for offset in range(days_ahead + 1):
+            day = first + timedelta(days=offset)
+            name = partition_name(day, parent)
+            if name in existing:
+                continue
+            try:
+                async with conn.transaction():
+                    await _create_partition(conn, day, parent)
+            except asyncpg.DuplicateTableError:
+                continue  # made meanwhile by a runner that does not take the lock
+            except asyncpg.CheckViolationError:
+                logger.warning(
+                    "%s of %s are in the default partition; leaving them there",
+                    parent,
+                    day,
+                    extra={"action": "retention-skip"},
+                )
+                continue
+            created.append(name)
     return created
 
 
@@ -120,20 +153,23 @@ async def drop_expired(
 ) -> list[str]:
     """Drop the daily partitions (attempts and finished runs) older than the retention,
     and forget the keys of runs that old; return the partitions' names."""
-    cutoff = await today(conn, now) - timedelta(days=retention_days)
-    cutoff_instant = datetime.combine(cutoff, time(), tzinfo=UTC)
     dropped = []
-    for parent in PARTITIONED:
-        for row in await conn.fetch(LIST_PARTITIONS_OF, parent):
-            match = _PARTITION.match(row["name"])
-            if match is None:
+    async with conn.transaction():
+        await conn.execute(LOCK_SHARD_MAINTENANCE)
+        cutoff = await today(conn, now) - timedelta(days=retention_days)
+        cutoff_instant = datetime.combine(cutoff, time(), tzinfo=UTC)
+        for parent in PARTITIONED:
+            if not await conn.fetchval(TABLE_EXISTS, parent):
                 continue
-            day = datetime.strptime(match.group(2), "%Y%m%d").date()
-            if day < cutoff:
-                name = partition_name(day, parent)
-                async with conn.transaction():
-                    await conn.execute(f"DROP TABLE IF EXISTS {name}")
-                dropped.append(name)
-        await conn.execute(DELETE_OLD_DEFAULT_ROWS[parent], cutoff_instant)
-    await conn.execute(FORGET_OLD_KEYS, cutoff_instant)
+            for row in await conn.fetch(LIST_PARTITIONS_OF, parent):
+                match = _PARTITION.match(row["name"])
+                if match is None:
+                    continue
+                day = datetime.strptime(match.group(2), "%Y%m%d").date()
+                if day < cutoff:
+                    await _drop_partition(conn, row["name"])
+                    dropped.append(row["name"])
+            await conn.execute(DELETE_OLD_DEFAULT_ROWS[parent], cutoff_instant)
+        if await conn.fetchval(TABLE_EXISTS, "run_keys"):
+            await conn.execute(FORGET_OLD_KEYS, cutoff_instant)
     return dropped
