@@ -75,7 +75,7 @@ def partition_name(day: date, parent: str = "attempts") -> str:
 
 def _checked(name: str) -> str:
     if _PARTITION.fullmatch(name) is None:
-        raise ValueError(f"not a history partition name: {name!r}")
+        raise ValueError(f"not an attempts partition name (nor a finished_runs one): {name!r}")
     return name
 
 
