@@ -79,7 +79,6 @@ WITH RECURSIVE heads AS (
                   FROM live_runs AS r
                   WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
                     AND r.priority = h.priority AND r.tenant = h.tenant
-                    AND (r.ready_at, r.id) >= (h.ready_at, h.id)
                   LIMIT $2) AS ready)::integer AS n
     FROM heads AS h
     UNION ALL
@@ -89,7 +88,6 @@ WITH RECURSIVE heads AS (
                   FROM live_runs AS r
                   WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
                     AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
-                    AND (r.ready_at, r.id) >= (h.ready_at, h.id)
                   LIMIT least($2, greatest(h.free, 0))) AS ready)::integer
     FROM limited_free AS h
 ), priority_shares AS (
@@ -141,12 +139,10 @@ WITH RECURSIVE heads AS (
                                        turns.ready_at, turns.id) AS place
     FROM turns
 ), chosen AS (
-    -- The head's first run bounds each pick, so it starts past the index entries of
-    -- runs claimed just before (dead until vacuumed) instead of walking them again.
-    SELECT queue, priority, tenant, job, ready_at, id, count(*)::integer AS take
+    SELECT queue, priority, tenant, job, count(*)::integer AS take
     FROM ranked
     WHERE place <= slots
-    GROUP BY queue, priority, tenant, job, ready_at, id
+    GROUP BY queue, priority, tenant, job
 ), picked AS (
     SELECT p.id
     FROM chosen AS c
@@ -155,7 +151,6 @@ WITH RECURSIVE heads AS (
         FROM live_runs AS r
         WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = c.queue
           AND r.priority = c.priority AND r.tenant = c.tenant
-          AND (r.ready_at, r.id) >= (c.ready_at, c.id)
         ORDER BY r.ready_at, r.id
         LIMIT c.take
         FOR UPDATE SKIP LOCKED) AS p
@@ -168,7 +163,6 @@ WITH RECURSIVE heads AS (
         FROM live_runs AS r
         WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = c.queue
           AND r.priority = c.priority AND r.tenant = c.tenant AND r.job = c.job
-          AND (r.ready_at, r.id) >= (c.ready_at, c.id)
         ORDER BY r.ready_at, r.id
         LIMIT c.take
         FOR UPDATE SKIP LOCKED) AS p
