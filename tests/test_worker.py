@@ -26,7 +26,7 @@ from aiohttp import web
 from tickwork.core.records import State
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest
-from tickwork.store import leases
+from tickwork.store import sweeps
 from tickwork.worker import (
     ApiError,
     Beat,
@@ -364,7 +364,7 @@ async def test_lost_lease_drops_the_outcome(api_server: Any) -> None:
         async with asyncio.timeout(WAIT):
             while True:
                 async with api_server.database.connection(shard) as conn:
-                    if (await leases.reap(conn, now=later)).total:
+                    if (await sweeps.reap(conn, now=later)).total:
                         break
                 await asyncio.sleep(0.01)
         [result] = await results.wait(1)

@@ -249,6 +249,9 @@ async def test_a_stale_fencing_token_is_refused_after_the_lease_expired(
     api_server: ApiServer,
 ) -> None:
     await make_job(api_server, "slow", retry={"maxAttempts": 3, "baseSeconds": 0})
+    # The scheduler's first pass takes its shards over (reap, then catch up and flip);
+    # from the next one on a pass flips before it reaps, as below.
+    await api_server.scheduler.pass_once()
     run = await enqueue(api_server, "slow")
     [old] = await lease(api_server, leaseSeconds=1, workerId="pod-slow")
     await asyncio.sleep(1.2)  # let the one-second lease expire (database clock)
