@@ -177,6 +177,10 @@ class Coordinator:
     def subscribe(self, listener: Callable[[Event], None]) -> None:
         self._listeners.append(listener)
 
+    async def shed_settled(self) -> None:
+        """Wait until the shards being shed are released."""
+        await asyncio.gather(*self._shedding, return_exceptions=True)
+
     # --- the loop ---
 
     async def run(self, stop: asyncio.Event) -> None:
