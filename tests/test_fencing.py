@@ -61,9 +61,7 @@ async def test_a_deposed_owner_writes_nothing_and_counts_the_refusal(
     database: Database, clock: FrozenClock, work: tuple[Jobs, int]
 ) -> None:
     _, shard = work
-    old = Scheduler(
-        database, ownership=Fixed([shard], "old"), clock=clock, metrics=Metrics()
-    )
+    old = Scheduler(database, ownership=Fixed([shard], "old"), clock=clock, metrics=Metrics())
     new = Scheduler(database, ownership=Fixed([shard], "new"), clock=clock)
     old.test_signals.init()
     async with database.connection(shard) as conn:
@@ -120,9 +118,7 @@ async def test_every_scheduler_transaction_checks_the_epoch(
 
 
 async def blocked(conn: asyncpg.Connection, pid: int) -> bool:
-    state = await conn.fetchval(
-        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", pid
-    )
+    state = await conn.fetchval("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", pid)
     return bool(state == "Lock")
 
 
@@ -193,7 +189,7 @@ async def test_the_server_ends_a_fenced_transaction_that_stalls(shard_map: Shard
 async def test_a_new_owner_reaps_before_it_catches_up(
     database: Database, clock: FrozenClock, work: tuple[Jobs, int]
 ) -> None:
-    jobs, shard = work
+    _, shard = work
     scheduler = Scheduler(database, ownership=Fixed([shard], "me"), clock=clock)
     scheduler.test_signals.init()
     [report] = await scheduler.pass_once()

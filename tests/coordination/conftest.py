@@ -11,6 +11,7 @@ of sleeping through a lease.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,8 +20,8 @@ from typing import Any
 import kubernetes_asyncio
 import pytest
 from conftest import scratch_database, with_database
-
 from kube import emulator
+
 from tickwork.coordination.backend import Backend
 from tickwork.coordination.kubernetes import KubernetesLeases
 from tickwork.coordination.postgres import PostgresLeases
@@ -31,7 +32,8 @@ from tickwork.store.database import Database
 
 SHARDS = 8
 NAMESPACE = "tickwork"
-TEMPLATE = "tickwork_coordination_template"
+# One template per xdist worker, as tests/conftest.py does.
+TEMPLATE = "tickwork_coordination_template" + os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 @dataclass
