@@ -88,11 +88,14 @@ async def coordination_template(server_url: str, template_url: str) -> str:
 
 
 @pytest.fixture
-async def eight_shards(server_url: str, coordination_template: str) -> AsyncIterator[Database]:
-    async with (
-        scratch_database(server_url, "tickwork_coord", coordination_template) as url,
-        Database(ShardMap.from_dsns([url], SHARDS)) as database,
-    ):
+async def eight_shard_url(server_url: str, coordination_template: str) -> AsyncIterator[str]:
+    async with scratch_database(server_url, "tickwork_coord", coordination_template) as url:
+        yield url
+
+
+@pytest.fixture
+async def eight_shards(eight_shard_url: str) -> AsyncIterator[Database]:
+    async with Database(ShardMap.from_dsns([eight_shard_url], SHARDS)) as database:
         yield database
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -27,6 +28,7 @@ from tickwork.api.auth import (
 from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
 from tickwork.cli.demo import DemoWorker
+from tickwork.coordination import choice
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.shards import ShardMap
 from tickwork.engine.jobs import EnqueueRequest, Jobs
@@ -245,7 +247,8 @@ async def _run(settings: _Settings) -> None:
     remove = runtime.stop_on_signals(stop)
     try:
         await migrate.migrate_all(settings.shard_map.shards)
-        async with Database(settings.shard_map) as database:
+        async with contextlib.AsyncExitStack() as stack:
+            database = await stack.enter_async_context(Database(settings.shard_map))
             jobs = Jobs(database)
             loops: list[Loop] = []
             sync = None
@@ -265,7 +268,12 @@ async def _run(settings: _Settings) -> None:
             services = runtime.api_services(database, authenticator, metrics, settings.api)
             http = http_server.HttpServer(create_app(services), HOST, sock=settings.listener)
             url = await http.start()
-            loops.append(Scheduler(database, metrics=metrics).run)
+            # Shards shared through the postgres backend: several dev processes (or
+            # schedulers) on one --database-url split them, and take over each other's.
+            coordinator = await stack.enter_async_context(
+                choice.coordinator(database, kind="postgres")
+            )
+            loops.append(Scheduler(database, ownership=coordinator, metrics=metrics).run)
             _banner(url, settings, len(sync.known) if sync else 0)
             loops += [_demo_loop(demo, url) for demo in demos]
             if settings.demo_worker:

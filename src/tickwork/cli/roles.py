@@ -11,7 +11,9 @@ from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
 from tickwork.api.edge import EdgeLimits
 from tickwork.api.server import HttpServer
-from tickwork.cli import options, runtime
+from tickwork.cli import options, runtime, scheduling
+from tickwork.cli.probes import Probes
+from tickwork.coordination import choice
 from tickwork.core.errors import SchemaMismatch
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
@@ -38,27 +40,79 @@ def migrate(database_urls: tuple[str, ...], shards: int) -> None:
 @options.database_options
 @click.option(
     "--interval",
-    type=float,
+    type=click.FloatRange(0.01, 60),
+    envvar="TICKWORK_SCHEDULER_INTERVAL",
     default=1.0,
     show_default=True,
-    help="Seconds between passes over each owned shard.",
+    help="Seconds between passes over each owned shard (sooner when a run falls due "
+    "before). [env TICKWORK_SCHEDULER_INTERVAL]",
 )
-def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> None:
-    """Materialise cron runs, flip due runs to ready and reap expired leases.
+@scheduling.coordination_options
+@scheduling.health_options
+def scheduler(
+    database_urls: tuple[str, ...],
+    shards: int,
+    interval: float,
+    coordination: choice.Kind | None,
+    lease_namespace: str | None,
+    identity: str | None,
+    lease_seconds: float,
+    health_host: str,
+    health_port: int,
+) -> None:
+    """Materialise cron runs, flip due runs to ready and reap expired leases, on the
+    shards this replica owns.
 
-    This replica works on every shard; run one replica until shard ownership
-    (Kubernetes Leases) is enabled.
+    Run as many replicas as you like: they share the shards through leases (one per
+    shard), each aiming at ceil(shards / live replicas), and a dead replica's shards
+    are taken over within about --lease-seconds. SIGTERM finishes the transaction in
+    flight and releases the leases, so the next owner need not wait them out.
     """
     options.configure_logging()
     shard_map = options.shard_map(database_urls, shards)
+    coordinated = scheduling.CoordinationOptions(
+        coordination, identity, lease_namespace, lease_seconds
+    )
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
-            async with Database(shard_map) as database:
-                loop = Scheduler(database, interval=interval, metrics=Metrics())
-                await runtime.run_until_stopped(stop, loop.run)
+            async with (
+                Database(shard_map) as database,
+                choice.coordinator(
+                    database,
+                    kind=coordinated.kind,
+                    identity=coordinated.identity,
+                    namespace=coordinated.namespace,
+                    timing=coordinated.timing(),
+                ) as coordinator,
+            ):
+                metrics = Metrics()
+                loop = Scheduler(
+                    database, ownership=coordinator, interval=interval, metrics=metrics
+                )
+                probes = None
+                if health_port >= 0:
+                    probes = Probes(loop, coordinator, health_host, health_port)
+                    try:
+                        await probes.start()
+                    except OSError as error:
+                        raise click.ClickException(
+                            f"cannot listen on {health_host}:{health_port}: {error}"
+                        ) from error
+                click.echo(
+                    f"tickwork scheduler {coordinator.identity}: {shard_map.count} shards, "
+                    f"{coordinator.backend.name} coordination, leases of {lease_seconds:g}s"
+                    + (f"; probes on {probes.url}" if probes else "")
+                )
+                try:
+                    await runtime.run_until_stopped(stop, loop.run)
+                finally:
+                    if probes is not None:
+                        await probes.stop()
+        except choice.Unavailable as error:
+            raise click.ClickException(str(error)) from error
         finally:
             remove()
 

@@ -133,6 +133,9 @@ class Coordinator:
         self.aim = shard_count
         self.rounds = 0
         self.last_observed: float | None = None  # monotonic instant of the last good look
+        # Shards whose lease could not be read in the last round (postgres: their
+        # database is down or hanging).
+        self.unreachable: frozenset[int] = frozenset()
         self.test_signals = CoordinatorSignals.create()
         self._monotonic = monotonic
         self._held: dict[int, _Held] = {}
@@ -208,6 +211,7 @@ class Coordinator:
         self._expire()
         if observation is not None:
             self.last_observed = started
+            self.unreachable = observation.unreachable
             self.members = observation.members | {self.identity}
             self.aim = balance.target(self.shard_count, len(self.members))
             for shard in list(self._held):

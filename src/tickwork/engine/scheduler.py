@@ -158,6 +158,11 @@ class Scheduler:
         """Run the next pass now instead of at the next interval."""
         self._wake.set()
 
+    def failing(self) -> list[int]:
+        """The owned shards whose last pass failed (their database down or hanging)."""
+        owned = self.ownership.owned()
+        return sorted(shard for shard in self._failures if shard in owned)
+
     # --- one shard ---
 
     async def tick(self, shard: int, term: int | None = None) -> TickReport | None:
