@@ -78,7 +78,11 @@ async def coordinator(
         except kubernetes.KubernetesUnavailable as error:
             raise Unavailable(str(error)) from error
     else:
-        backend = PostgresLeases(database, shard_seconds=call_seconds)
+        backend = PostgresLeases(
+            database,
+            shard_seconds=call_seconds,
+            observe_seconds=min(call_seconds, max(0.5, timing.renew / 2)),
+        )
     try:
         yield Coordinator(backend, identity, database.shard_count, timing)
     finally:

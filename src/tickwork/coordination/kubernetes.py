@@ -81,7 +81,7 @@ async def load_configuration(kubeconfig: str | None = None) -> client.Configurat
     path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
     if path is None and DEFAULT_KUBECONFIG.exists():
         path = str(DEFAULT_KUBECONFIG)
-    if path is not None and not Path(path).is_file():
+    if path is not None and not os.path.isfile(path):  # noqa: ASYNC240 - at start-up
         raise KubernetesUnavailable(f"cannot load the kubeconfig {path}: no such file")
     configuration = client.Configuration()
     try:

@@ -32,18 +32,24 @@ class PostgresLeases:
         *,
         clock: Clock | None = None,
         shard_seconds: float = 2.0,
+        observe_seconds: float | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
         self.shard_seconds = shard_seconds
+        # A round's look at every shard waits this long for the slowest: a hung shard
+        # must not hold up the renewal of the others' leases that follows.
+        self.observe_seconds = shard_seconds if observe_seconds is None else observe_seconds
         self._calls = Bounded()
 
-    async def _on(self, shard: int, work: Callable[[Connection], Awaitable[T]]) -> T:
+    async def _on(
+        self, shard: int, work: Callable[[Connection], Awaitable[T]], seconds: float | None = None
+    ) -> T:
         async def call() -> T:
             async with self.database.connection(shard) as conn:
                 return await work(conn)
 
-        return await self._calls.within(self.shard_seconds, call())
+        return await self._calls.within(seconds or self.shard_seconds, call())
 
     async def observe(self, identity: str, lease_seconds: float) -> Observation:
         async def look(conn: Connection) -> tuple[frozenset[str], shard_leases.Record]:
@@ -53,7 +59,8 @@ class PostgresLeases:
 
         shards = range(self.database.shard_count)
         answers = await asyncio.gather(
-            *(self._on(shard, look) for shard in shards), return_exceptions=True
+            *(self._on(shard, look, self.observe_seconds) for shard in shards),
+            return_exceptions=True,
         )
         leases: dict[int, LeaseState] = {}
         members: set[str] = set()
