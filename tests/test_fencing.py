@@ -163,7 +163,17 @@ async def test_a_takeover_ends_a_session_stalled_in_the_old_epoch(shard_map: Sha
         await epochs.check(old, fence)  # ... and its process is paused here
         holder = await epochs.take(new, "new", wait_seconds=0.2)
         assert holder.epoch == fence.epoch + 1
-        with pytest.raises((asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)):
+        gone = "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $1"
+        assert await new.fetchval(gone, old.get_server_pid())
+        # The client learns it at its next statement (how depends on when the server's
+        # goodbye arrived: asyncpg reports it as one of these).
+        broken = (
+            asyncpg.PostgresConnectionError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,
+            OSError,
+        )
+        with pytest.raises(broken):
             await old.execute("UPDATE definitions SET paused = paused")
     finally:
         new.terminate() if new.is_closed() else await new.close()

@@ -11,7 +11,7 @@ writes nothing: the refusal is counted (``tickwork_scheduler_epoch_conflicts_tot
 and the shard given up. A new owner reaps first, then catches up missed runs, both
 idempotent.
 
-Shards are independent: a pass works on them concurrently, and a shard that fails
+Shards are independent: each owned shard has a loop of its own, and a shard that fails
 (PostgreSQL restarting, a link reset or hung) is logged, backed off and retried on its
 own while the others keep their pace. Nothing a shard does ends the loop.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from tickwork.coordination.ownership import (
@@ -77,7 +77,8 @@ class Refusal:
 
 @dataclass
 class SchedulerSignals(Signals):
-    """Test signals: a pass over the owned shards ended (its reports); a shard was
+    """Test signals: a pass ended (its reports: of every owned shard for
+    ``pass_once``, of one shard in ``run``, which works on each on its own); a shard was
     taken over (its number, once its first pass is done); a write was refused by
     the epoch check."""
 
@@ -152,11 +153,14 @@ class Scheduler:
         self.test_signals = SchedulerSignals()
         self.passes = 0
         self._wake = asyncio.Event()
+        self._wakes: dict[int, asyncio.Event] = {}  # per shard loop
         ownership.subscribe(self._on_ownership)
 
     def wake(self) -> None:
-        """Run the next pass now instead of at the next interval."""
+        """Run the next pass over every shard now instead of at its next interval."""
         self._wake.set()
+        for event in self._wakes.values():
+            event.set()
 
     def failing(self) -> list[int]:
         """The owned shards whose last pass failed (their database down or hanging)."""
@@ -262,9 +266,7 @@ class Scheduler:
     async def pass_once(self) -> list[TickReport]:
         """One pass over the owned shards that are not backing off; never raises for a
         shard's failure (it is logged, and the shard retried after a backoff)."""
-        owned = self.ownership.owned()
-        for shard in [s for s, mine in self._owned.items() if owned.get(s) != mine.term]:
-            del self._owned[shard]  # lost meanwhile: a later term takes the epoch anew
+        owned = self._forget_lost()
         moment = asyncio.get_running_loop().time()
         due = [(s, t) for s, t in sorted(owned.items()) if self._retry_at.get(s, moment) <= moment]
         results = await asyncio.gather(*(self._guarded_tick(shard, term) for shard, term in due))
@@ -272,6 +274,12 @@ class Scheduler:
         self.passes += 1
         self.test_signals.passed.signal(reports)
         return reports
+
+    def _forget_lost(self) -> Mapping[int, int]:
+        owned = self.ownership.owned()
+        for shard in [s for s, mine in self._owned.items() if owned.get(s) != mine.term]:
+            del self._owned[shard]  # lost meanwhile: a later term takes the epoch anew
+        return owned
 
     async def _guarded_tick(self, shard: int, term: int) -> TickReport | None:
         try:
@@ -401,41 +409,82 @@ class Scheduler:
         if metrics is not None:
             metrics.shards_owned.set(len(self.ownership.owned()))
 
-    def _pause(self, reports: Sequence[TickReport]) -> float:
-        """Until the next pass: the interval, or sooner when a waiting run falls due
-        before it (so a run is ready within milliseconds of its time, not a second), or
-        when a failing shard's backoff ends."""
-        upcoming = [r.next_due_in for r in reports if r.next_due_in is not None]
-        moment = asyncio.get_running_loop().time()
-        retries = [at - moment for at in self._retry_at.values()]
+    def _pause(self, shard: int, report: TickReport | None) -> float:
+        """Until the shard's next pass: the interval, or sooner when a waiting run falls
+        due before it (so a run is ready within milliseconds of its time, not a second),
+        or when the shard's backoff after a failure ends."""
+        pauses = [self.interval]
+        if report is not None and report.next_due_in is not None:
+            pauses.append(report.next_due_in)
+        retry_at = self._retry_at.get(shard)
+        if retry_at is not None:
+            pauses.append(retry_at - asyncio.get_running_loop().time())
         # A floor keeps a run held by a slow transaction from turning this into a spin.
-        return max(0.01, min([self.interval, *upcoming, *retries]))
+        return max(0.01, min(pauses))
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Pass over the owned shards every ``interval`` seconds until ``stop`` is set;
-        ownership is kept current alongside, and given up (every lease released) once
-        the pass in flight has ended."""
+        """Work on every owned shard until ``stop`` is set: a loop per shard, so a shard
+        whose database hangs holds up no other; ownership is kept current alongside,
+        and given up (every lease released) once the passes in flight have ended."""
+        halt = asyncio.Event()
         done = asyncio.Event()
         keeping = asyncio.create_task(self.ownership.run(done))
+        loops: dict[int, asyncio.Task[None]] = {}
         try:
             while not stop.is_set():
                 if keeping.done():
                     keeping.result()  # a coordination bug ends the role loudly
                     raise RuntimeError("shard ownership stopped on its own")
-                reports = await self.pass_once()
-                pause = self._pause(reports)
                 self._wake.clear()
+                for shard, running in list(loops.items()):
+                    if running.done():
+                        del loops[shard]
+                        running.result()  # a bug in a shard's loop ends the role loudly
+                for shard in self._forget_lost():
+                    if shard not in loops:
+                        loops[shard] = asyncio.create_task(self._shard_loop(shard, halt))
                 waiters = {
                     asyncio.create_task(stop.wait()),
                     asyncio.create_task(self._wake.wait()),
                 }
                 try:
                     await asyncio.wait(
-                        {*waiters, keeping}, timeout=pause, return_when=asyncio.FIRST_COMPLETED
+                        {*waiters, keeping, *loops.values()},
+                        timeout=self.interval,
+                        return_when=asyncio.FIRST_COMPLETED,
                     )
                 finally:
                     for waiter in waiters:
                         waiter.cancel()
         finally:
+            halt.set()
+            await asyncio.gather(*loops.values(), return_exceptions=True)
             done.set()
             await keeping
+
+    async def _shard_loop(self, shard: int, halt: asyncio.Event) -> None:
+        """Passes over one shard while it is owned, until ``halt``."""
+        wake = self._wakes.setdefault(shard, asyncio.Event())
+        loop = asyncio.get_running_loop()
+        while not halt.is_set():
+            term = self.ownership.owned().get(shard)
+            if term is None:
+                return  # lost or shed: started again if it is owned again
+            wake.clear()
+            report = None
+            retry_at = self._retry_at.get(shard)
+            if retry_at is None or retry_at <= loop.time():
+                report = await self._guarded_tick(shard, term)
+                self.passes += 1
+                self.test_signals.passed.signal([] if report is None else [report])
+            halting = asyncio.create_task(halt.wait())
+            woken = asyncio.create_task(wake.wait())
+            try:
+                await asyncio.wait(
+                    {halting, woken},
+                    timeout=self._pause(shard, report),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                halting.cancel()
+                woken.cancel()
