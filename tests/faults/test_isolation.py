@@ -1,8 +1,11 @@
-"""Failure isolation under shard ownership: with one shard's database hanging, the
-scheduler keeps every other shard at full speed, and ``/readyz`` names the hung shard;
-once it answers again the shard is owned and scheduled again. On both coordination
-backends: through PostgreSQL (the hung shard's lease cannot be read, so nobody owns
-it) and through Kubernetes Leases (the lease stays held; the shard's passes fail)."""
+"""Failure isolation: with one shard's database hanging, the scheduler keeps every
+other shard at full speed, and ``/readyz`` names the hung shard; once it answers again
+the shard is owned and scheduled again. Workers are served from the other shards
+meanwhile.
+
+The scheduler's side runs on both coordination backends: through PostgreSQL (the hung
+shard's lease cannot be read, so nobody owns it) and through Kubernetes Leases (the
+lease stays held; the shard's passes fail)."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import WORKER_TOKEN
 from kube import emulator
 
-from faults.conftest import SHARDS, eventually, proxied_map
+from faults.conftest import SHARDS, eventually, proxied_map, serving
 from faults.proxy import TcpProxy
 from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
@@ -129,3 +133,46 @@ async def test_a_hung_shard_is_named_by_readyz_and_the_others_keep_their_pace(
                 return (await jobs.run(run.run_id))[0].state is State.ready
 
             await eventually(recovered, within=5, what="the healed shard scheduled")
+
+
+async def test_workers_are_served_from_the_other_shards_while_one_hangs(
+    fault_url: str, proxies: list[TcpProxy]
+) -> None:
+    async with (
+        serving(proxied_map(fault_url, proxies), SLOW_POOLS) as api,
+        Database(ShardMap.from_dsns([fault_url], SHARDS)) as direct,
+        httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {WORKER_TOKEN}"}, timeout=10
+        ) as worker,
+    ):
+        jobs = Jobs(direct)
+        names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
+        for name in names.values():
+            await jobs.put("acme", name, JobSpec(), "test")
+        for name in names.values():
+            for _ in range(30):
+                await jobs.enqueue("acme", name, EnqueueRequest(), "test")
+        proxies[HUNG].hang()
+        took, leased = [], []
+        for _ in range(30):
+            started = time.monotonic()
+            answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 2})
+            took.append(time.monotonic() - started)
+            assert answer.status_code == 200, answer.text
+            leased += [item["runId"] for item in answer.json()["leases"]]
+        # Every call served (from the healthy shards) without waiting on the hung one:
+        # at most one call pays the bound of a claim, and a retry of it a short probe.
+        assert len(leased) == 60 and not [r for r in leased if r.startswith(f"r{HUNG}-")]
+        assert sorted(took)[-2] < 0.5, took
+        assert max(took) < api.services.dispatcher.claim_seconds + 1, took
+        assert sorted(took)[len(took) // 2] < 0.1, took
+        async with httpx.AsyncClient(base_url=api.url, timeout=5) as anyone:
+            readiness = (await anyone.get("/readyz")).json()
+        assert readiness["down"] == [HUNG]
+        proxies[HUNG].heal()
+
+        async def served_again() -> bool:
+            answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 100})
+            return any(i["runId"].startswith(f"r{HUNG}-") for i in answer.json()["leases"])
+
+        await eventually(served_again, within=10, every=0.2, what="the healed shard served")
