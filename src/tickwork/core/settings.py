@@ -1,0 +1,254 @@
+"""Settings: what each role of tickwork can be told, one model per role, documented at
+the field.
+
+Every role (the worker SDK, ``tickwork scheduler``, ``tickwork dispatcher``,
+``tickwork migrate``, ``tickwork dev``) takes one frozen settings object. Each field
+carries its default, its bounds and, in the docstring under it, what it means: the
+command line builds its options from these fields (name, environment variable,
+default, bounds and help), and the tables of ``docs/configuration.md`` and
+``docs/workers.md`` are generated from them, so code, ``--help`` and documentation
+cannot disagree. Groups of settings used by several roles (the connection pools, the
+HTTP edge) are models of their own, nested under the role's model, as kopf groups its
+``OperatorSettings``.
+
+Protocol limits (what a client may send) are not settings: they live in ``limits``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tickwork.core import limits
+from tickwork.core.shards import DEFAULT_SHARD_COUNT
+
+
+class Settings(BaseModel):
+    """Base of every settings model: immutable, unknown fields refused, and each
+    field's docstring kept as its description."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """Marks a setting the command line reads: ``flag`` (``--port``), and the
+    environment variable that stands in for it. ``path`` says a path names a file or a
+    folder; ``exists`` that it must exist."""
+
+    flag: str
+    env: str | None = None
+    path: Literal["file", "dir"] | None = None
+    exists: bool = False
+
+
+# --- the database ---
+
+
+class PoolSettings(Settings):
+    """The connection pools of one process: one per shard. Every database call is
+    bounded, so a hung link costs a timely error (the API answers 503, loops back off)
+    rather than a hang. Opening the pools makes no connection: a role starts while its
+    database is down and connects once it is back."""
+
+    min_size: Annotated[int, Field(ge=0)] = 0
+    """Connections each shard's pool keeps open when idle."""
+
+    max_size: Annotated[int, Field(ge=1)] = 4
+    """Connections each shard's pool opens at most."""
+
+    command_timeout: Annotated[float, Field(gt=0)] = 10.0
+    """Seconds one statement may take; the longest healthy ones take milliseconds."""
+
+    acquire_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds to wait for a free pooled connection."""
+
+    connect_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds to open a new connection."""
+
+
+_DATABASE_URL_DOC: Final = (
+    "PostgreSQL URL: once for all shards (a schema each), or once per shard in shard "
+    "order (the variable: space-separated)."
+)
+
+
+class DatabaseSettings(Settings):
+    """Where the shards live: every server role has these."""
+
+    database_urls: Annotated[
+        tuple[str, ...],
+        Field(description=_DATABASE_URL_DOC),
+        Option("--database-url", env="TICKWORK_DATABASE_URL"),
+    ] = ()
+
+    shards: Annotated[int, Field(ge=1, le=4096), Option("--shards", env="TICKWORK_SHARDS")] = (
+        DEFAULT_SHARD_COUNT
+    )
+    """Number of shards S (fixed at install time)."""
+
+    pool: PoolSettings = PoolSettings()
+    """The connection pools."""
+
+
+# --- the roles ---
+
+
+class MigrateSettings(Settings):
+    """``tickwork migrate``: create or upgrade the schema of every shard."""
+
+    database: DatabaseSettings = DatabaseSettings()
+
+
+class SchedulerSettings(Settings):
+    """``tickwork scheduler``: materialise cron runs, flip due runs to ready, reap
+    expired leases, keep the attempt history's partitions."""
+
+    database: DatabaseSettings = DatabaseSettings()
+
+    interval: Annotated[float, Field(gt=0), Option("--interval")] = 1.0
+    """Seconds between passes over each owned shard."""
+
+    batch: Annotated[int, Field(ge=1)] = 5000
+    """Rows one step of a pass (due flip, reaper) changes at most."""
+
+    retention_days: Annotated[int, Field(ge=1)] = 30
+    """Days of attempt history kept; older daily partitions are dropped."""
+
+    maintenance_interval: Annotated[float, Field(gt=0)] = 3600.0
+    """Seconds between partition maintenances of a shard."""
+
+    retry_base_seconds: Annotated[float, Field(ge=0)] = 0.25
+    """A shard that failed a pass is tried again after a backoff from this..."""
+
+    retry_max_seconds: Annotated[float, Field(ge=0)] = 5.0
+    """...doubling up to this."""
+
+
+class EdgeSettings(Settings):
+    """What one API process accepts from the network (see ``docs/http-api.md``, the
+    HTTP edge)."""
+
+    max_header_bytes: Annotated[int, Field(ge=1024)] = limits.MAX_HEADER_BYTES
+    """Request line and headers together; more is answered 431."""
+
+    header_timeout_seconds: Annotated[float, Field(gt=0)] = limits.HEADER_READ_TIMEOUT_SECONDS
+    """From a connection's opening, or a request's first byte, to its last header;
+    later is answered 408."""
+
+    body_timeout_seconds: Annotated[float, Field(gt=0)] = limits.BODY_READ_TIMEOUT_SECONDS
+    """From a request's headers to the last byte of its body; later is answered 408."""
+
+    keep_alive_seconds: Annotated[int, Field(ge=1)] = 5
+    """An idle keep-alive connection is closed after this long."""
+
+    max_connections: Annotated[
+        int, Field(ge=1), Option("--max-connections", env="TICKWORK_MAX_CONNECTIONS")
+    ] = limits.MAX_CONNECTIONS
+    """Open HTTP connections this process accepts; over it: 503 server-busy."""
+
+    backlog: Annotated[int, Field(ge=1)] = 1024
+    """Connections the kernel queues before the process accepts them."""
+
+    linger_seconds: Annotated[float, Field(ge=0)] = 5.0
+    """After an answer given before its request arrived whole: how long the rest is
+    read (and thrown away) so the client can read the answer, before the close."""
+
+
+class ApiSettings(Settings):
+    """How the HTTP API serves its routes."""
+
+    max_body_bytes: Annotated[int, Field(ge=1)] = limits.MAX_BODY_BYTES
+    """A request body larger than this is refused (413)."""
+
+    long_poll_recheck_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """A long-poll looks at the database at least this often, in case a notification
+    was lost while a listening connection was being re-established."""
+
+    default_page_size: Annotated[int, Field(ge=1, le=limits.MAX_PAGE_SIZE)] = (
+        limits.DEFAULT_PAGE_SIZE
+    )
+    """``limit`` of a list call when not given."""
+
+    enqueue_rate: Annotated[
+        float, Field(gt=0), Option("--enqueue-rate", env="TICKWORK_ENQUEUE_RATE")
+    ] = 1000.0
+    """Enqueues per second per tenant per API process; over it: 429 quota-exceeded."""
+
+    enqueue_burst: Annotated[
+        float, Field(ge=1), Option("--enqueue-burst", env="TICKWORK_ENQUEUE_BURST")
+    ] = 5000.0
+    """Enqueues a tenant may make at once above the rate."""
+
+    readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
+    """``/readyz`` answers within this many seconds even when a shard's link hangs."""
+
+
+class DispatcherSettings(Settings):
+    """``tickwork dispatcher``: the HTTP API (stateless; run as many as needed)."""
+
+    database: DatabaseSettings = DatabaseSettings()
+
+    host: Annotated[str, Option("--host")] = "0.0.0.0"  # noqa: S104 - a server role
+    """Address to listen on."""
+
+    port: Annotated[int, Field(ge=0, le=65535), Option("--port")] = 8080
+    """Port to listen on (0: any free port)."""
+
+    tokens_file: Annotated[
+        Path, Option("--tokens", env="TICKWORK_TOKENS_FILE", path="file", exists=True)
+    ]
+    """YAML list of ``{token, tenant, role, queues}``."""
+
+    api: ApiSettings = ApiSettings()
+    """How the routes are served."""
+
+    edge: EdgeSettings = EdgeSettings()
+    """What the process accepts from the network."""
+
+
+DEV_SHARD_COUNT: Final = 4
+
+
+class DevSettings(Settings):
+    """``tickwork dev``: every role in one process, on an embedded PostgreSQL unless
+    given a database."""
+
+    port: Annotated[int, Field(ge=0, le=65535), Option("--port")] = 8080
+    """API port (the API listens on 127.0.0.1)."""
+
+    shards: Annotated[int, Field(ge=1, le=64), Option("--shards", env="TICKWORK_SHARDS")] = (
+        DEV_SHARD_COUNT
+    )
+    """Number of shards (fixed when the data dir is first migrated)."""
+
+    data_dir: Annotated[Path, Option("--data-dir", path="dir")] = Path(".tickwork/dev")
+    """Where the embedded PostgreSQL keeps its data, and the generated admin token."""
+
+    database_urls: Annotated[
+        tuple[str, ...],
+        Field(
+            description="Use this PostgreSQL instead of the embedded one: once for all "
+            "shards, or once per shard (the variable: space-separated)."
+        ),
+        Option("--database-url", env="TICKWORK_DATABASE_URL"),
+    ] = ()
+
+    manifest_dir: Annotated[Path | None, Option("--manifests", path="dir", exists=True)] = None
+    """Folder of ScheduledJob YAML (reloaded on change)."""
+
+    tokens_file: Annotated[
+        Path | None, Option("--tokens", env="TICKWORK_TOKENS_FILE", path="file", exists=True)
+    ] = None
+    """Tokens file; without it an admin token is generated once and kept in the data
+    dir."""
+
+    demo_worker: Annotated[bool, Option("--demo-worker")] = False
+    """Also run the demo worker for the example jobs (with a worker token of its own),
+    and enqueue one run of each job at start."""
+
+    api: ApiSettings = ApiSettings()
+    """How the routes are served."""
