@@ -38,10 +38,6 @@ class TestSignal(Generic[T]):
         self._values: deque[T] | None = None
         self._changed: asyncio.Event | None = None
 
-    @property
-    def enabled(self) -> bool:
-        return self._values is not None
-
     def init(self) -> None:
         """Start keeping signals (tests only); signals emitted before are gone."""
         self._values = deque()

@@ -117,9 +117,6 @@ class Database:
     def shard_count(self) -> int:
         return self.shard_map.count
 
-    def pool(self, shard: int) -> asyncpg.Pool:
-        return self._pools[shard]
-
     @asynccontextmanager
     async def connection(self, shard: int) -> AsyncIterator[Connection]:
         timeout = self.settings.acquire_timeout

@@ -10,11 +10,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
 from typing import Final
 
 import asyncpg
 
+from tickwork.core.backoff import Backoff
 from tickwork.core.shards import ShardMap
+from tickwork.core.testsignal import Signals, TestSignal
 from tickwork.store import database, outages
 
 logger = logging.getLogger(__name__)
@@ -39,12 +42,24 @@ class Waiter:
         return True
 
 
+@dataclass
+class ListenerSignals(Signals):
+    """What a test can wait on (``signal.test_signals.init()`` before ``start()``)."""
+
+    listening: TestSignal[int] = field(default_factory=lambda: TestSignal("listening"))
+    """A shard's listening connection is up (again): the shard number."""
+
+    lost: TestSignal[int] = field(default_factory=lambda: TestSignal("lost"))
+    """A shard's listening connection broke, stopped answering, or could not be made."""
+
+
 class ReadySignal:
     """Listens on every shard and wakes the waiters of the notified queues.
 
     A listening connection that breaks (PostgreSQL restarting, the link reset) or stops
-    answering its keep-alive probe (a hung link) is replaced, with a backoff; the
-    waiters are woken each time it is back, since notifications sent meanwhile are lost.
+    answering its keep-alive probe (a hung link) is replaced after a full-jitter
+    backoff (``reconnect_delay`` doubling to ``max_reconnect_delay``); the waiters are
+    woken each time it is back, since notifications sent meanwhile are lost.
     Long-polls look at the database every few seconds anyway, so an outage of the
     listener delays them at most that long.
     """
@@ -65,9 +80,9 @@ class ReadySignal:
         self.probe_timeout = probe_timeout
         self._waiters: dict[str, set[Waiter]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.listening = asyncio.Event()
-        # Shards whose listening connection is up now (a test and health signal).
+        # Shards whose listening connection is up now.
         self.connected: set[int] = set()
+        self.test_signals = ListenerSignals()
 
     async def start(self) -> None:
         ready = [asyncio.Event() for _ in self.shard_map.shards]
@@ -76,7 +91,6 @@ class ReadySignal:
             for shard_number in range(self.shard_map.count)
         ]
         await asyncio.gather(*(event.wait() for event in ready))
-        self.listening.set()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -116,7 +130,7 @@ class ReadySignal:
 
     async def _listen(self, shard_number: int, ready: asyncio.Event) -> None:
         shard = self.shard_map[shard_number]
-        failures = 0
+        backoff = Backoff(self.reconnect_delay, self.max_reconnect_delay)
         while True:
             conn: asyncpg.Connection | None = None
             try:
@@ -126,12 +140,13 @@ class ReadySignal:
                 await conn.add_listener(CHANNEL, self._on_notification)
                 self.connected.add(shard_number)
                 ready.set()
-                if failures:
+                if backoff.failures:
                     logger.info(
                         "listening again for ready runs",
                         extra={"action": "listen-recovered", "shard": shard_number},
                     )
-                failures = 0
+                backoff.reset()
+                self.test_signals.listening.signal(shard_number)
                 # Whatever was notified while we were not listening: look again.
                 self.wake_all()
                 await self._until_lost(conn, lost)
@@ -140,7 +155,6 @@ class ReadySignal:
                     extra={"action": "listen-lost", "shard": shard_number},
                 )
             except Exception as error:
-                failures += 1
                 logger.log(
                     logging.WARNING if outages.is_outage(error) else logging.ERROR,
                     "cannot listen for ready runs: %s",
@@ -153,8 +167,8 @@ class ReadySignal:
                 if conn is not None and not conn.is_closed():
                     # A hung link must not hang the listener too: give up on the close.
                     conn.terminate()
-            delay = min(self.max_reconnect_delay, self.reconnect_delay * 2 ** max(0, failures - 1))
-            await asyncio.sleep(delay)
+            self.test_signals.lost.signal(shard_number)
+            await asyncio.sleep(backoff.next_delay())
 
     async def _until_lost(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
         """Return when the connection ends, or when it stops answering a probe."""
