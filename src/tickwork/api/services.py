@@ -1,4 +1,5 @@
-"""What the routes need, built once per app and passed explicitly (no globals)."""
+"""What the routes need, built once per app and passed explicitly (no globals): the
+engine they call, how callers are authenticated, the metrics, the settings."""
 
 from __future__ import annotations
 
@@ -9,45 +10,17 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import PRINCIPAL, Authenticator, Principal
-from tickwork.core import limits
+from tickwork.core.settings import ApiSettings
 from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.quotas import EnqueueQuota
-from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
-
-
-@dataclass(frozen=True)
-class ApiSettings:
-    # Bounds every request body: a batch of 1 000 runs of 256 KiB each is not welcome.
-    max_body_bytes: int = limits.MAX_BODY_BYTES
-    # A long-poll re-checks the database at least this often, in case a notification
-    # was lost while a listening connection was being re-established.
-    long_poll_recheck_seconds: float = 5.0
-    default_page_size: int = limits.DEFAULT_PAGE_SIZE
-    max_page_size: int = limits.MAX_PAGE_SIZE
-    # Enqueues per tenant per API process: a sustained rate and the burst above it.
-    enqueue_rate: float = 1000.0
-    enqueue_burst: float = 5000.0
-    # /readyz answers within this many seconds even when a shard's link hangs.
-    readiness_timeout_seconds: float = 1.0
-    # A request body must have arrived whole this many seconds after its headers.
-    body_timeout_seconds: float = limits.BODY_READ_TIMEOUT_SECONDS
-    # The dashboard: the secret that seals its session cookies (shared by every API
-    # replica; None draws one per process), how long a session lasts, and how often
-    # an open page refreshes its live region.
-    ui_secret: str | None = field(default=None, repr=False)
-    ui_session_seconds: int = 8 * 3600
-    ui_poll_seconds: float = 5.0
 
 
 @dataclass
 class Services:
-    database: Database
-    jobs: Jobs
-    dispatcher: Dispatcher
-    signal: ReadySignal
+    engine: Installation
     authenticator: Authenticator
     metrics: Metrics
     settings: ApiSettings = field(default_factory=ApiSettings)
@@ -56,6 +29,14 @@ class Services:
     def __post_init__(self) -> None:
         if self.quota is None:
             self.quota = EnqueueQuota(self.settings.enqueue_rate, self.settings.enqueue_burst)
+
+    @property
+    def jobs(self) -> Jobs:
+        return self.engine.jobs
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self.engine.dispatcher
 
 
 def services(request: Request) -> Services:

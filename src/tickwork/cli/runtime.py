@@ -9,25 +9,20 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tickwork.api.auth import Authenticator
-from tickwork.api.services import ApiSettings, Services
-from tickwork.engine.dispatch import Dispatcher
-from tickwork.engine.jobs import Jobs
+from tickwork.api.services import Services
+from tickwork.core.settings import ApiSettings
+from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
-from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
 
 
 def api_services(
-    database: Database,
+    engine: Installation,
     authenticator: Authenticator,
     metrics: Metrics,
     settings: ApiSettings | None = None,
 ) -> Services:
     return Services(
-        database=database,
-        jobs=Jobs(database),
-        dispatcher=Dispatcher(database),
-        signal=ReadySignal(database.shard_map),
+        engine=engine,
         authenticator=authenticator,
         metrics=metrics,
         settings=settings or ApiSettings(),

@@ -16,11 +16,13 @@ Protocol limits (what a client may send) are not settings: they live in ``limits
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
 
 from tickwork.core import limits
 from tickwork.core.shards import DEFAULT_SHARD_COUNT
@@ -35,14 +37,61 @@ class Settings(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """Marks a setting the command line reads: ``flag`` (``--port``), and the
-    environment variable that stands in for it. ``path`` says a path names a file or a
-    folder; ``exists`` that it must exist."""
+    """Marks a setting the command line reads: ``flag`` (``--port``) and the
+    environment variable that stands in for it, or only a variable (secrets). ``path``
+    says a path names a file or a folder; ``exists`` that it must exist."""
 
-    flag: str
+    flag: str | None = None
     env: str | None = None
     path: Literal["file", "dir"] | None = None
     exists: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One field of a settings model, anywhere in its nesting."""
+
+    path: tuple[str, ...]  # ("database", "shards")
+    field: FieldInfo
+    option: Option | None
+
+    @property
+    def name(self) -> str:
+        """The dotted name the documentation uses: ``database.shards``."""
+        return ".".join(self.path)
+
+    @property
+    def parameter(self) -> str:
+        """The click parameter that carries it: ``database__shards``."""
+        return "__".join(self.path)
+
+    @property
+    def annotation(self) -> Any:
+        return self.field.annotation
+
+    @property
+    def required(self) -> bool:
+        return self.field.is_required()
+
+    @property
+    def default(self) -> Any:
+        return None if self.required else self.field.get_default(call_default_factory=True)
+
+    @property
+    def description(self) -> str:
+        return self.field.description or ""
+
+
+def settings_of(model: type[Settings], prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
+    """Every leaf field of ``model``, nested groups flattened, in declaration order."""
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, Settings):
+            yield from settings_of(group, path)
+            continue
+        option = next((m for m in field.metadata if isinstance(m, Option)), None)
+        yield Setting(path, field, option)
 
 
 # --- the database ---
@@ -101,6 +150,7 @@ class MigrateSettings(Settings):
     """``tickwork migrate``: create or upgrade the schema of every shard."""
 
     database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
 
 
 class SchedulerSettings(Settings):
@@ -108,6 +158,7 @@ class SchedulerSettings(Settings):
     expired leases, keep the attempt history's partitions."""
 
     database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
 
     interval: Annotated[float, Field(gt=0), Option("--interval")] = 1.0
     """Seconds between passes over each owned shard."""
@@ -138,9 +189,6 @@ class EdgeSettings(Settings):
     header_timeout_seconds: Annotated[float, Field(gt=0)] = limits.HEADER_READ_TIMEOUT_SECONDS
     """From a connection's opening, or a request's first byte, to its last header;
     later is answered 408."""
-
-    body_timeout_seconds: Annotated[float, Field(gt=0)] = limits.BODY_READ_TIMEOUT_SECONDS
-    """From a request's headers to the last byte of its body; later is answered 408."""
 
     keep_alive_seconds: Annotated[int, Field(ge=1)] = 5
     """An idle keep-alive connection is closed after this long."""
@@ -186,11 +234,29 @@ class ApiSettings(Settings):
     readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
     """``/readyz`` answers within this many seconds even when a shard's link hangs."""
 
+    body_timeout_seconds: Annotated[float, Field(gt=0)] = limits.BODY_READ_TIMEOUT_SECONDS
+    """From a request's headers to the last byte of its body; later is answered 408."""
+
+    ui_secret: Annotated[
+        str | None, Field(min_length=32, repr=False), Option(env="TICKWORK_UI_SECRET")
+    ] = None
+    """The secret that seals dashboard session cookies: give every API replica the same
+    one (at least 32 characters; from the environment only, never a flag, since a
+    command line is visible to every user of the machine). Without it each process
+    draws its own, and a session lasts as long as the process that signed it."""
+
+    ui_session_seconds: Annotated[int, Field(ge=60)] = 8 * 3600
+    """How long a dashboard session lasts."""
+
+    ui_poll_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """How often an open dashboard page refreshes its live region."""
+
 
 class DispatcherSettings(Settings):
     """``tickwork dispatcher``: the HTTP API (stateless; run as many as needed)."""
 
     database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
 
     host: Annotated[str, Option("--host")] = "0.0.0.0"  # noqa: S104 - a server role
     """Address to listen on."""
