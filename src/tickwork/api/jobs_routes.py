@@ -65,10 +65,11 @@ def _limit(svc: Services, limit: int | None) -> int:
     return limit or svc.settings.default_page_size
 
 
-def _admit(svc: Services, tenant: str, runs: int) -> None:
-    """The tenant's enqueue rate quota (429 quota-exceeded with Retry-After)."""
+async def _admit(svc: Services, tenant: str, runs: int) -> None:
+    """The tenant's quotas: enqueue rate and pending runs (429 quota-exceeded with
+    Retry-After)."""
     if svc.quota is not None:
-        svc.quota.take(tenant, runs)
+        await svc.quota.admit(tenant, runs)
 
 
 def _cursor_problem(error: TickworkError | ValueError) -> InvalidRequest:
@@ -218,7 +219,7 @@ async def enqueue(
     _job_name(name)
     body = await bodies.model(request, models.EnqueueRequest, required=False)
     body = body or models.EnqueueRequest()
-    _admit(svc, owner, 1)
+    await _admit(svc, owner, 1)
     payload_given = "payload" in body.model_fields_set
     run, created = await svc.jobs.enqueue(
         owner,
@@ -299,7 +300,7 @@ async def enqueue_batch(
             )
         )
     if requests:
-        _admit(svc, owner, len(requests))
+        await _admit(svc, owner, len(requests))
     enqueued = iter(
         await svc.jobs.enqueue_many(owner, name, requests, caller.subject) if requests else []
     )

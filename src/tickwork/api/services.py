@@ -11,11 +11,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import PRINCIPAL, Authenticator, Principal
 from tickwork.core.settings import ApiSettings
+from tickwork.engine import quotas
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
-from tickwork.engine.quotas import EnqueueQuota
+from tickwork.engine.quotas import Admission
 
 
 @dataclass
@@ -24,11 +25,16 @@ class Services:
     authenticator: Authenticator
     metrics: Metrics
     settings: ApiSettings = field(default_factory=ApiSettings)
-    quota: EnqueueQuota | None = None
+    quota: Admission | None = None
 
     def __post_init__(self) -> None:
         if self.quota is None:
-            self.quota = EnqueueQuota(self.settings.enqueue_rate, self.settings.enqueue_burst)
+            self.quota = quotas.TenantQuotas(
+                self.engine.database,
+                self.settings.default_limits(),
+                self.settings.tenant_limits(),
+                self.engine.clock,
+            )
 
     @property
     def jobs(self) -> Jobs:

@@ -149,7 +149,10 @@ async def _run(run: _Run) -> None:
     remove = runtime.stop_on_signals(stop)
     try:
         await installation.migrate(run.shard_map)
-        async with installation.opened(run.shard_map) as engine:
+        api = options.with_quotas_of(settings.api, run.tokens)
+        async with installation.opened(
+            run.shard_map, priority_weights=api.priority_weights
+        ) as engine:
             jobs = engine.jobs
             loops: list[Loop] = []
             sync = None
@@ -166,7 +169,7 @@ async def _run(run: _Run) -> None:
             else:
                 demos = []
             metrics = Metrics()
-            services = runtime.api_services(engine, authenticator, metrics, settings.api)
+            services = runtime.api_services(engine, authenticator, metrics, api)
             http = http_server.HttpServer(create_app(services), HOST, sock=run.listener)
             url = await http.start()
             loops.append(Scheduler(engine.database, metrics=metrics).run)

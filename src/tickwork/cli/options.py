@@ -26,7 +26,7 @@ import pydantic
 from pydantic.fields import FieldInfo
 
 from tickwork.api import server
-from tickwork.core.settings import DatabaseSettings, Setting, Settings, settings_of
+from tickwork.core.settings import ApiSettings, DatabaseSettings, Setting, Settings, settings_of
 from tickwork.core.shards import ShardMap
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,6 +36,15 @@ S = TypeVar("S", bound=Settings)
 def plain(text: str) -> str:
     """A docstring as one line of help: literals unquoted, lines joined."""
     return " ".join(re.sub(r"``([^`]+)``", r"\1", text).split())
+
+
+def shown(value: Any) -> str:
+    """A default as the command line and the docs write it."""
+    if isinstance(value, tuple):
+        return "/".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def _bounds(field: FieldInfo) -> dict[str, Any]:
@@ -67,8 +76,10 @@ def _click_option(setting: Setting) -> Callable[[F], F]:
     arguments: dict[str, Any] = {"required": setting.required}
     if kind is bool:
         arguments["is_flag"] = True
-    elif get_origin(kind) is tuple:
+    elif get_origin(kind) is tuple and get_args(kind)[-1] is Ellipsis:
         arguments["multiple"] = True
+    elif get_origin(kind) is tuple:
+        arguments["type"] = str  # "70/25/5": the model's validator reads it
     elif kind is int:
         arguments["type"] = click.IntRange(**_bounds(setting.field))
     elif kind is float:
@@ -82,6 +93,8 @@ def _click_option(setting: Setting) -> Callable[[F], F]:
         )
     if not setting.required:
         default = setting.default
+        if isinstance(default, tuple) and default and "multiple" not in arguments:
+            default = shown(default)
         arguments["default"] = default
         arguments["show_default"] = default not in (None, (), False)
     text = plain(setting.description)
@@ -131,6 +144,14 @@ def load(model: type[S], given: dict[str, Any]) -> S:
         option = None if culprit is None else culprit.option
         where = name if option is None else (option.flag or option.env or name)
         raise click.UsageError(f"{where}: {first['msg']}") from error
+
+
+def with_quotas_of(settings: ApiSettings, authenticator: object) -> ApiSettings:
+    """``settings`` with the per-tenant quotas the tokens file gives (if it gives any)."""
+    overrides = getattr(authenticator, "quota_overrides", None)
+    if not overrides:
+        return settings
+    return settings.model_copy(update={"quota_overrides": overrides})
 
 
 def shard_map_of(database: DatabaseSettings) -> ShardMap:

@@ -84,14 +84,17 @@ def dispatcher(**given: Any) -> None:
         tokens = StaticTokens.from_file(settings.tokens_file)
     except ValueError as error:
         raise click.ClickException(str(error)) from error
+    api = options.with_quotas_of(settings.api, tokens)
     listener = options.listen("dispatcher", settings.host, settings.port)
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
-            async with installation.opened(shard_map, settings.database.pool) as engine:
-                services = runtime.api_services(engine, tokens, Metrics(), settings.api)
+            async with installation.opened(
+                shard_map, settings.database.pool, priority_weights=api.priority_weights
+            ) as engine:
+                services = runtime.api_services(engine, tokens, Metrics(), api)
                 server = HttpServer(
                     create_app(services), settings.host, sock=listener, limits=settings.edge
                 )

@@ -16,15 +16,16 @@ Protocol limits (what a client may send) are not settings: they live in ``limits
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.fields import FieldInfo
 
-from tickwork.core import limits
+from tickwork.core import fairness, limits
 from tickwork.core.shards import DEFAULT_SHARD_COUNT
 
 
@@ -224,12 +225,31 @@ class ApiSettings(Settings):
     enqueue_rate: Annotated[
         float, Field(gt=0), Option("--enqueue-rate", env="TICKWORK_ENQUEUE_RATE")
     ] = 1000.0
-    """Enqueues per second per tenant per API process; over it: 429 quota-exceeded."""
+    """Enqueues per second per tenant, across every dispatcher (``enqueueRate`` per
+    tenant in the tokens file); over it: 429 quota-exceeded."""
 
     enqueue_burst: Annotated[
         float, Field(ge=1), Option("--enqueue-burst", env="TICKWORK_ENQUEUE_BURST")
     ] = 5000.0
-    """Enqueues a tenant may make at once above the rate."""
+    """Enqueues a tenant may make at once above the rate (``enqueueBurst`` per tenant in
+    the tokens file)."""
+
+    max_pending_runs: Annotated[
+        int, Field(ge=1), Option("--max-pending-runs", env="TICKWORK_MAX_PENDING_RUNS")
+    ] = 1_000_000
+    """Runs a tenant may have waiting (scheduled, ready, retry_wait); over it: 429
+    quota-exceeded. The tokens file may set ``maxPendingRuns`` per tenant."""
+
+    quota_overrides: Mapping[str, Mapping[str, int | float]] = Field(default_factory=dict)
+    """Per-tenant quotas (``enqueue_rate``, ``enqueue_burst``, ``max_pending_runs``), as
+    the tokens file gives them (``enqueueRate``, ...); not an option of its own."""
+
+    priority_weights: Annotated[
+        tuple[float, float, float],
+        Option("--priority-weights", env="TICKWORK_PRIORITY_WEIGHTS"),
+    ] = fairness.DEFAULT_WEIGHTS
+    """Shares of claims for critical/default/bulk when all have ready work (written
+    ``70/25/5``); an idle priority's share goes to the others."""
 
     readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
     """``/readyz`` answers within this many seconds even when a shard's link hangs."""
@@ -250,6 +270,36 @@ class ApiSettings(Settings):
 
     ui_poll_seconds: Annotated[float, Field(gt=0)] = 5.0
     """How often an open dashboard page refreshes its live region."""
+
+    @field_validator("priority_weights", mode="before")
+    @classmethod
+    def _weights(cls, value: Any) -> Any:
+        return fairness.parse_weights(value) if isinstance(value, str) else value
+
+    def default_limits(self) -> TenantLimits:
+        """The quotas of a tenant the tokens file says nothing about."""
+        return TenantLimits(self.enqueue_rate, self.enqueue_burst, self.max_pending_runs)
+
+    def tenant_limits(self) -> dict[str, TenantLimits]:
+        """The quotas of the tenants the tokens file gives their own."""
+        defaults = self.default_limits()
+        return {
+            tenant: dataclasses.replace(defaults, **given)  # type: ignore[arg-type]
+            for tenant, given in self.quota_overrides.items()
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """One tenant's quotas."""
+
+    enqueue_rate: float = ApiSettings.model_fields["enqueue_rate"].default
+    enqueue_burst: float = ApiSettings.model_fields["enqueue_burst"].default
+    max_pending_runs: int = ApiSettings.model_fields["max_pending_runs"].default
+
+    def __post_init__(self) -> None:
+        if self.enqueue_rate <= 0 or self.enqueue_burst < 1 or self.max_pending_runs < 1:
+            raise ValueError("quotas need enqueueRate > 0, enqueueBurst >= 1, maxPendingRuns >= 1")
 
 
 class DispatcherSettings(Settings):

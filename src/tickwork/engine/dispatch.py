@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import NotFound, TickworkError
+from tickwork.core.fairness import PriorityShares
 from tickwork.core.records import (
     UNRESTRICTED,
     Beat,
@@ -64,12 +65,15 @@ class Dispatcher:
         rng: random.Random | None = None,
         *,
         wakeups: ReadySignal | None = None,
+        shares: PriorityShares | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
         self.rng = rng
         # Wakes long-polls when runs become ready; started by ``start()``.
         self.wakeups = wakeups or ReadySignal(database.shard_map)
+        # The stride passes of the priority weights, carried from one claim to the next.
+        self.shares = shares or PriorityShares()
         self._start = itertools.count()
 
     async def start(self) -> None:
@@ -100,8 +104,11 @@ class Dispatcher:
         them, and they would sit out the lease and lose an attempt).
         """
 
-        async def claim() -> list[Lease]:
-            return await self._claim(queues, limit, worker_id, lease_seconds, tenant)
+        async def claim(prefer: set[int] | None = None) -> list[Lease]:
+            shards = sorted(prefer) if prefer else ()
+            if prefer:
+                prefer.clear()
+            return await self._claim(queues, limit, worker_id, lease_seconds, tenant, shards)
 
         granted = await claim()
         if granted or wait_seconds <= 0:
@@ -117,7 +124,7 @@ class Dispatcher:
                 if remaining <= 0 or (gone is not None and await gone()):
                     break
                 await waiter.wait(min(remaining, recheck_seconds))
-                granted = await claim()
+                granted = await claim(waiter.shards)
         if granted and gone is not None and await gone():
             await self.release(granted)
             return []
@@ -130,13 +137,18 @@ class Dispatcher:
         worker_id: str,
         lease_seconds: float,
         tenant: str | None,
+        prefer: Iterable[int] = (),
     ) -> list[Lease]:
-        """One visit of the shards, round-robin from a rotating start."""
+        """One visit of the shards, round-robin from a rotating start (the ``prefer``
+        shards first: those that just notified ready runs)."""
         count = self.database.shard_count
         first = next(self._start) % count
         granted: list[Lease] = []
-        for offset in range(count):
-            shard = (first + offset) % count
+        preferred = [shard for shard in prefer if 0 <= shard < count]
+        order = preferred + [
+            shard for shard in ((first + n) % count for n in range(count)) if shard not in preferred
+        ]
+        for shard in order:
             async with self.database.connection(shard) as conn:
                 granted += await leases.claim(
                     conn,
@@ -147,6 +159,7 @@ class Dispatcher:
                     lease_seconds,
                     self.clock.now(),
                     tenant,
+                    self.shares,
                 )
             if len(granted) >= limit:
                 break

@@ -9,10 +9,11 @@ it to engine functions and never query it themselves.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from tickwork.core import fairness
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.settings import PoolSettings
 from tickwork.core.shards import ShardMap
@@ -37,13 +38,16 @@ class Installation:
         *,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        priority_weights: Sequence[float] = fairness.DEFAULT_WEIGHTS,
     ) -> Installation:
-        """The engine over pools already open (the caller closes them)."""
+        """The engine over pools already open (the caller closes them). Claims split
+        the priorities by ``priority_weights`` (critical, default, bulk)."""
         clock = clock or DatabaseClock()
+        shares = fairness.PriorityShares(priority_weights)
         return cls(
             database=database,
             jobs=Jobs(database, clock),
-            dispatcher=Dispatcher(database, clock, rng),
+            dispatcher=Dispatcher(database, clock, rng, shares=shares),
             clock=clock,
         )
 
@@ -62,11 +66,12 @@ async def opened(
     pool: PoolSettings | None = None,
     *,
     clock: Clock | None = None,
+    priority_weights: Sequence[float] = fairness.DEFAULT_WEIGHTS,
 ) -> AsyncIterator[Installation]:
     """Pools to every shard of ``shard_map`` (no connection made yet) and the engine
     over them; the pools close on exit."""
     async with Database(shard_map, pool) as database:
-        yield Installation.over(database, clock=clock)
+        yield Installation.over(database, clock=clock, priority_weights=priority_weights)
 
 
 async def migrate(shard_map: ShardMap) -> dict[int, list[int]]:

@@ -3,7 +3,7 @@
 -- name: dead_runs
 -- A tenant's dead runs, newest death first; ($3, $4) is the keyset cursor.
 SELECT *
-FROM runs
+FROM finished_runs
 WHERE state = 'dead' AND tenant = $1
   AND ($2::text IS NULL OR job = $2)
   AND ($3::timestamptz IS NULL OR (finished_at, id) < ($3, $4::bigint))
@@ -11,20 +11,24 @@ ORDER BY finished_at DESC, id DESC
 LIMIT $5
 
 -- name: replay_dead
--- Re-enqueue with a fresh attempt budget.
-UPDATE runs
-SET state = 'ready',
-    attempt = 0,
-    ready_at = coalesce($2::timestamptz, now()),
-    start_deadline = NULL,
-    finished_at = NULL,
-    cancel_requested = false,
-    updated_at = coalesce($2::timestamptz, now())
-WHERE id = $1 AND state = 'dead'
+-- Re-enqueue with a fresh attempt budget: the run leaves the history for live_runs.
+WITH clock AS (
+    SELECT coalesce($2::timestamptz, now()) AS now
+), revived AS (
+    DELETE FROM finished_runs
+    WHERE id = $1 AND state = 'dead'
+    RETURNING *
+)
+INSERT INTO live_runs
+SELECT id, tenant, job, queue, priority, 'ready', origin, 0, max_attempts, retry_base,
+       retry_max, timeout_seconds, due_at, clock.now, NULL, idempotency_key, payload,
+       fencing_token, lease_owner, leased_at, lease_expires_at, deadline, false,
+       last_error, created_at, clock.now, NULL, concurrency, request_fingerprint
+FROM revived, clock
 RETURNING *
 
 -- name: discard_dead
-UPDATE runs
+UPDATE finished_runs
 SET state = 'discarded', updated_at = coalesce($2::timestamptz, now())
 WHERE id = $1 AND state = 'dead'
 RETURNING *
