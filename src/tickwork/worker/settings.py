@@ -37,7 +37,7 @@ class WorkerSettings(Settings):
     """Long-poll of each lease call."""
 
     worker_id: Annotated[str, Field(min_length=1, max_length=limits.MAX_WORKER_ID_LENGTH)] = Field(
-        default_factory=default_worker_id
+        default_factory=default_worker_id, json_schema_extra={"shown": "<hostname>-<pid>"}
     )
     """Recorded with each attempt; ``<hostname>-<pid>`` when not given."""
 
