@@ -29,9 +29,7 @@ MODELS: Final[dict[str, type[Settings]]] = {
     )
 }
 DOCS: Final = (ROOT / "docs" / "configuration.md", ROOT / "docs" / "workers.md")
-_SECTION: Final = re.compile(
-    r"(<!-- settings: (\w+) -->\n)(.*?)(<!-- /settings -->)", re.DOTALL
-)
+_SECTION: Final = re.compile(r"(<!-- settings: (\w+) -->\n)(.*?)(<!-- /settings -->)", re.DOTALL)
 
 
 def default_of(setting: Setting) -> str:

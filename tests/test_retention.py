@@ -24,7 +24,7 @@ DAY = datetime(2001, 5, 10, 12, 0, tzinfo=UTC)
 
 async def _partitions(database: Database, shard: int) -> set[str]:
     async with database.connection(shard) as conn:
-        return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS)}
+        return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS_OF, "attempts")}
 
 
 async def _finish_one_run(database: Database, jobs: Jobs, clock: Clock) -> int:

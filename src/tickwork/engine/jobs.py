@@ -216,11 +216,8 @@ class Jobs:
                 await definitions.get(conn, shard, tenant, name)  # raises NotFound
                 raise AssertionError("unreachable")
             if request.idempotency_key is not None:
-                existing = await conn.fetchrow(
-                    runs.RUN_BY_KEY, tenant, name, request.idempotency_key
-                )
-                if existing is not None:
-                    first = Run.from_record(shard, existing)
+                first = await runs.by_key(conn, shard, tenant, name, request.idempotency_key)
+                if first is not None:
                     _same_request(first, request)
                     return first, False
             if request.if_not_running:

@@ -83,6 +83,14 @@ async def insert(
     return run, True
 
 
+async def by_key(
+    conn: Connection, shard: int, tenant: str, job: str, idempotency_key: str
+) -> Run | None:
+    """The run of ``tenant/job`` enqueued with ``idempotency_key``, if any."""
+    row = await conn.fetchrow(RUN_BY_KEY, tenant, job, idempotency_key)
+    return None if row is None else Run.from_record(shard, row)
+
+
 async def insert_many(
     conn: Connection, shard: int, news: list[NewRun], now: datetime | None = None
 ) -> list[tuple[Run, bool]]:

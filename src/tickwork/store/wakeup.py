@@ -18,11 +18,12 @@ import asyncpg
 from tickwork.core.backoff import Backoff
 from tickwork.core.shards import ShardMap
 from tickwork.core.testsignal import Signals, TestSignal
-from tickwork.store import database, outages
+from tickwork.store import database, outages, queries
 
 logger = logging.getLogger(__name__)
 
 CHANNEL: Final = "tickwork_ready"
+PROBE: Final = queries.get("listener_probe")
 
 
 class Waiter:
@@ -187,4 +188,4 @@ class ReadySignal:
             if lost.is_set():
                 return
             # A hung link sends no termination: only a round trip tells.
-            await conn.execute("SELECT 1", timeout=self.probe_timeout)
+            await conn.execute(PROBE, timeout=self.probe_timeout)
