@@ -34,6 +34,15 @@ class State(enum.StrEnum):
     discarded = "discarded"
     skipped = "skipped"
 
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL: Final = frozenset(
+    {State.succeeded, State.dead, State.cancelled, State.discarded, State.skipped}
+)
+
 
 PENDING: Final = frozenset({State.scheduled, State.ready, State.retry_wait})
 
