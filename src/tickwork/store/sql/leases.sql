@@ -344,3 +344,10 @@ WHERE id = ANY($1::bigint[])
   AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
   AND state = 'leased'
 RETURNING queue
+
+-- name: generic_plan
+-- The claim's plan is the same for every argument: see leases.claim.
+SET LOCAL plan_cache_mode TO force_generic_plan
+
+-- name: run_state
+SELECT state, tenant, queue FROM runs WHERE id = $1
