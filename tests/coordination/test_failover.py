@@ -278,10 +278,20 @@ async def test_a_fourth_replica_joins_without_a_gap(replicas: Cluster) -> None:
     checked = await load.check()
     runs = await load.runs()
     delayed = [r for r in runs if r["run_id"] in load.delayed]
-    late = max((r["updated_at"] - r["ready_at"]).total_seconds() for r in delayed)  # type: ignore[operator]
+    latest = max(delayed, key=lambda r: r["updated_at"] - r["ready_at"])  # type: ignore[operator]
+    late = (latest["updated_at"] - latest["ready_at"]).total_seconds()  # type: ignore[operator]
+    shard = int(str(latest["run_id"])[1:].split("-")[0])
+    story = "\n".join(
+        f"{r.identity}: {line}"
+        for r in [*running, fourth]
+        for line in r.lines
+        if f"shard {shard} " in line or f"shard {shard}:" in line
+    )
     # No shard went unscheduled while it changed hands: each delayed run was flipped
-    # to ready within one pass of its time.
-    assert late <= INTERVAL, late
+    # to ready within one interval of its time (a run enqueued after its shard's last
+    # pass waits for the next one; the pass itself takes a moment on a busy machine),
+    # where a gap would have cost it a lease duration.
+    assert late <= INTERVAL + 0.5, f"{latest}\n{story}"
     shed = sum(r.output.count("[shard-released]") for r in running)
     assert shed >= 2, "\n".join(r.output for r in running)
     print(f"\nscale 3 -> 4 [{replicas.kind}]: latest flip {late:.3f}s; {checked} runs checked")
