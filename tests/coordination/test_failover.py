@@ -176,7 +176,8 @@ def report(what: str, kind: str, seconds: list[float], runs: int) -> None:
     median = ordered[len(ordered) // 2]
     print(
         f"\n{what} [{kind}]: takeover median {median:.2f}s max {ordered[-1]:.2f}s "
-        f"over {len(ordered)} shards; {runs} runs checked"
+        f"over {len(ordered)} shards ({' '.join(f'{t:.2f}' for t in ordered)}); "
+        f"{runs} runs checked"
     )
 
 
