@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test lint unit bench e2e clean
+.PHONY: help install run test lint unit bench e2e crds clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -15,7 +15,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,embedded,dev]'
+	$(BIN)/pip install --quiet -e '.[server,embedded,operator,dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install tickwork (editable) with the dev tools
@@ -33,6 +33,9 @@ unit: $(STAMP) ## the whole test suite (no lint)
 	$(BIN)/pytest
 
 test: lint unit ## lint and the whole suite: what CI runs
+
+crds: $(STAMP) ## regenerate crds/scheduledjob.yaml from the JobSpec model
+	$(BIN)/python -m tickwork.operator.crd crds/scheduledjob.yaml
 
 bench: $(STAMP) ## throughput benchmarks (prints a table)
 	$(BIN)/python -m bench

@@ -14,7 +14,7 @@ from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.store.database import Database
 
 HOURLY = """\
-apiVersion: tickwork.dev/v1
+apiVersion: tickwork.dev/v1alpha1
 kind: ScheduledJob
 metadata: {name: report, namespace: acme}
 spec:

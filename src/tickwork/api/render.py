@@ -103,6 +103,7 @@ def job(view: JobView) -> dict[str, Any]:
         "deadRuns": summary.dead,
         "missedRunsDropped": definition.missed_dropped,
         "shard": definition.shard,
+        "managedBy": None if definition.managed_by is None else definition.managed_by.value,
         "createdAt": definition.created_at,
         "updatedAt": definition.updated_at,
     }

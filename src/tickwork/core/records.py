@@ -286,6 +286,14 @@ class Extended:
     cancel_requested: bool
 
 
+class Manager(enum.StrEnum):
+    """Where a definition is declared, when not through the HTTP API. The API refuses to
+    change or delete a managed definition: its declaration is the truth."""
+
+    kubernetes = "kubernetes"  # a ScheduledJob object, kept by the operator
+    manifests = "manifests"  # a ScheduledJob manifest file, kept by tickwork dev
+
+
 @dataclass(frozen=True, slots=True)
 class Definition:
     shard: int
@@ -298,6 +306,7 @@ class Definition:
     generation: int
     created_at: datetime
     updated_at: datetime
+    managed_by: Manager | None = None
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> Definition:
@@ -312,4 +321,47 @@ class Definition:
             generation=row["generation"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            managed_by=None if row["managed_by"] is None else Manager(row["managed_by"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """What a job's definition and runs say about it now: the run-derived part of a
+    ScheduledJob's status, read in batches."""
+
+    tenant: str
+    name: str
+    shard: int
+    generation: int
+    paused: bool
+    managed_by: Manager | None
+    # Next nominal fire time; None when paused, for API-only jobs and for a runAt job
+    # once its run exists.
+    next_run_time: datetime | None
+    last_schedule_time: datetime | None  # dueAt of the latest run past `scheduled`
+    last_run_state: State | None  # and its state
+    last_successful_time: datetime | None
+    active_runs: int
+    dead_runs: int
+    missed_runs_dropped: int
+
+    @classmethod
+    def from_record(cls, shard: int, row: Row) -> JobStatus:
+        state = row["last_run_state"]
+        manager = row["managed_by"]
+        return cls(
+            tenant=row["tenant"],
+            name=row["name"],
+            shard=shard,
+            generation=row["generation"],
+            paused=row["paused"],
+            managed_by=None if manager is None else Manager(manager),
+            next_run_time=row["next_run_time"],
+            last_schedule_time=row["last_schedule_time"],
+            last_run_state=None if state is None else State(state),
+            last_successful_time=row["last_successful_time"],
+            active_runs=row["active_runs"],
+            dead_runs=row["dead_runs"],
+            missed_runs_dropped=row["missed_dropped"],
         )

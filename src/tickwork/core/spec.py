@@ -257,6 +257,13 @@ class JobSpec(_Model):
         description="Max runs leased at once; 0 means unlimited.",
     )
     paused: bool = Field(default=False, description="A paused job materialises no new runs.")
+    dry_run: bool = Field(
+        default=False,
+        description="Shadow mode, for running beside an old cron before switching over: "
+        "runs are scheduled and leased as usual, but every lease carries `dryRun: true`, "
+        "and workers run only handlers that declare dry-run support (they must log what "
+        "they would do and have no effects); other handlers are skipped.",
+    )
     payload: Payload = None
 
     @field_validator("run_at")

@@ -17,12 +17,30 @@ from pydantic import ValidationError
 from tickwork.core.spec import JobSpec, check_name, check_tenant
 
 API_GROUP: Final = "tickwork.dev"
+API_VERSION: Final = "v1alpha1"
+GROUP_VERSION: Final = f"{API_GROUP}/{API_VERSION}"  # a manifest's apiVersion
 KIND: Final = "ScheduledJob"
+PLURAL: Final = "scheduledjobs"
 DEFAULT_NAMESPACE: Final = "default"
 
 
 class ManifestError(ValueError):
-    """A manifest tickwork refuses, with where it is and what is wrong."""
+    """A manifest tickwork refuses, with where it is and what is wrong.
+
+    ``field`` names the refused field as the object writes it (``spec.schedule.cron``,
+    ``metadata.name``) and ``reason`` says what is wrong with it: the operator writes
+    them into the object's status, the admission webhook into its refusal.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.reason = reason or message
+
+    @property
+    def detail(self) -> str:
+        """``field: reason``, the way a refusal names the field."""
+        return self.reason if self.field is None else f"{self.field}: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,25 +55,39 @@ def parse_document(document: Any, source: str) -> ScheduledJob | None:
     """One YAML document; None for documents of other kinds (they are ignored)."""
     if not isinstance(document, dict) or document.get("kind") != KIND:
         return None
-    api_version = str(document.get("apiVersion", ""))
-    if not api_version.startswith(API_GROUP + "/"):
-        raise ManifestError(f"{source}: apiVersion must be {API_GROUP}/v1, not {api_version!r}")
+    api_version = document.get("apiVersion")
+    if api_version != GROUP_VERSION:
+        reason = (
+            f"must be {GROUP_VERSION} (the version the ScheduledJob CRD serves), "
+            f"not {api_version!r}"
+        )
+        raise ManifestError(f"{source}: apiVersion {reason}", field="apiVersion", reason=reason)
     metadata = document.get("metadata") or {}
     name = metadata.get("name")
     tenant = metadata.get("namespace") or DEFAULT_NAMESPACE
     if not isinstance(name, str):
-        raise ManifestError(f"{source}: metadata.name is required")
-    try:
-        check_name(name)
-        check_tenant(tenant)
-    except ValueError as error:
-        raise ManifestError(f"{source}: {error}") from error
+        raise ManifestError(
+            f"{source}: metadata.name is required", field="metadata.name", reason="required"
+        )
+    for field, check, value in (
+        ("metadata.name", check_name, name),
+        ("metadata.namespace", check_tenant, tenant),
+    ):
+        try:
+            check(value)
+        except ValueError as error:
+            raise ManifestError(f"{source}: {error}", field=field, reason=str(error)) from None
     try:
         spec = JobSpec.model_validate(document.get("spec") or {})
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise ManifestError(f"{source} ({tenant}/{name}): spec.{where}: {first['msg']}") from error
+        field = f"spec.{where}" if where else "spec"
+        raise ManifestError(
+            f"{source} ({tenant}/{name}): {field}: {first['msg']}",
+            field=field,
+            reason=str(first["msg"]),
+        ) from None
     return ScheduledJob(tenant=tenant, name=name, spec=spec, source=source)
 
 
