@@ -345,6 +345,7 @@ class JobStatus:
     active_runs: int
     dead_runs: int
     missed_runs_dropped: int
+    missed_caught_up: int  # missed fire times caught up so far (cumulative)
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> JobStatus:
@@ -364,4 +365,5 @@ class JobStatus:
             active_runs=row["active_runs"],
             dead_runs=row["dead_runs"],
             missed_runs_dropped=row["missed_dropped"],
+            missed_caught_up=row["missed_caught_up"],
         )

@@ -11,7 +11,7 @@ import orjson
 from tickwork.core.errors import NotFound
 from tickwork.core.records import Definition, JobStatus, Manager
 from tickwork.core.spec import JobSpec
-from tickwork.store import queries, runs
+from tickwork.store import changes, queries, runs
 from tickwork.store.database import Connection
 
 DEFINITION: Final = queries.get("definition")
@@ -76,6 +76,7 @@ async def upsert(
         None if managed_by is None else managed_by.value,
     )
     assert row is not None
+    await changes.mark(conn, [(tenant, name)])
     created: bool = row["inserted"]
     await runs.audit(
         conn,
@@ -128,6 +129,7 @@ async def set_paused(
         row = await conn.fetchrow(SET_PAUSED, tenant, name, paused, now)
         if row is None:
             raise not_found(tenant, name)
+        await changes.mark(conn, [(tenant, name)])
         await runs.audit(
             conn, tenant, name, None, "pause" if paused else "resume", actor, None, now
         )

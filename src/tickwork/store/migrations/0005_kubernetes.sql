@@ -10,3 +10,20 @@ ALTER TABLE definitions
     ADD COLUMN managed_by text CHECK (managed_by IN ('kubernetes', 'manifests'));
 CREATE INDEX definitions_managed ON definitions (managed_by, tenant, name)
     WHERE managed_by IS NOT NULL;
+
+-- How many missed fire times catch-ups have inserted (cumulative): the operator posts a
+-- MissedRunsCaughtUp Event when it grows.
+ALTER TABLE definitions ADD COLUMN missed_caught_up bigint NOT NULL DEFAULT 0;
+
+-- The jobs whose status may have changed since the operator last looked: one row per
+-- job, whatever the number of changes. Each statement that changes runs (or a
+-- definition) adds its jobs with ON CONFLICT DO NOTHING, which writes nothing while the
+-- job's row is there: the hot path pays one index probe per job per statement. The
+-- operator's status pass drains the rows (DELETE ... RETURNING) every --status-interval,
+-- so its reads and status writes follow the jobs that changed, never all jobs; without
+-- an operator the table holds at most one row per job.
+CREATE TABLE changed_jobs (
+    tenant  text NOT NULL,
+    job     text NOT NULL,
+    PRIMARY KEY (tenant, job)
+);

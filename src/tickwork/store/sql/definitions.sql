@@ -71,6 +71,7 @@ ORDER BY tenant, name
 --     exists; none when paused.
 --   last: the latest run past `scheduled` (it became ready, or ended before that).
 SELECT j.tenant, j.name, d.generation, d.paused, d.managed_by, d.missed_dropped,
+       d.missed_caught_up,
        CASE WHEN d.paused THEN NULL
             WHEN d.spec ? 'schedule' THEN least(d.next_due_at, waiting.due_at)
             ELSE d.next_due_at END AS next_run_time,

@@ -64,10 +64,19 @@ ON CONFLICT DO NOTHING
 RETURNING queue, state
 
 -- name: advance_definitions
--- $4: fire times a run_all catch-up dropped over its cap (NULL: keep the last report).
-UPDATE definitions AS d
-SET next_due_at = a.next_due_at,
-    missed_dropped = coalesce(a.dropped, d.missed_dropped)
-FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[])
-     AS a(tenant, name, next_due_at, dropped)
-WHERE d.tenant = a.tenant AND d.name = a.name
+-- $4: fire times a run_all catch-up dropped over its cap (NULL: keep the last report);
+-- $5: missed fire times caught up now (counted, for the operator's MissedRunsCaughtUp).
+-- Every job advanced is marked changed: its next run time moved (status.nextRunTime).
+WITH advanced AS (
+    UPDATE definitions AS d
+    SET next_due_at = a.next_due_at,
+        missed_dropped = coalesce(a.dropped, d.missed_dropped),
+        missed_caught_up = d.missed_caught_up + a.caught_up
+    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::integer[])
+         AS a(tenant, name, next_due_at, dropped, caught_up)
+    WHERE d.tenant = a.tenant AND d.name = a.name
+    RETURNING d.tenant, d.name
+)
+INSERT INTO changed_jobs (tenant, job)
+SELECT tenant, name FROM advanced
+ON CONFLICT DO NOTHING
