@@ -189,6 +189,9 @@ class Worker:
         self._by_job: dict[str, Handler] = {}
         self._by_queue: dict[str, Handler] = {}
         self._default: Handler | None = None
+        # The handlers that support dry-run mode: (by job?, key), and the default's flag.
+        self._dry_run_keys: set[tuple[bool, str]] = set()
+        self._dry_run_default = False
         self._stop_requested = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reset_state()
@@ -211,21 +214,32 @@ class Worker:
     # Handlers
 
     def handler(
-        self, *, job: str | None = None, queue: str | None = None
+        self, *, job: str | None = None, queue: str | None = None, dry_run: bool = False
     ) -> Callable[[HandlerT], HandlerT]:
         """Decorator: ``@worker.handler(job="export-invoices")``, ``@worker.handler(
-        queue="billing")``, or ``@worker.handler()`` for the default handler."""
+        queue="billing")``, or ``@worker.handler()`` for the default handler.
+
+        ``dry_run=True`` declares that the handler supports dry-run mode: it checks
+        ``ctx.dry_run`` and, when set, only logs what it would do. The runs of a job in
+        dry-run mode (``spec.dryRun: true``) go only to such handlers; any other handler
+        is skipped for them (the run is completed as succeeded, untouched)."""
 
         def decorate(function: HandlerT) -> HandlerT:
-            self.register(function, job=job, queue=queue)
+            self.register(function, job=job, queue=queue, dry_run=dry_run)
             return function
 
         return decorate
 
     def register(
-        self, function: Handler, *, job: str | None = None, queue: str | None = None
+        self,
+        function: Handler,
+        *,
+        job: str | None = None,
+        queue: str | None = None,
+        dry_run: bool = False,
     ) -> None:
-        """Register ``function`` for one job, for one queue, or (neither) as the default."""
+        """Register ``function`` for one job, for one queue, or (neither) as the default;
+        ``dry_run=True``: it supports dry-run mode (see ``handler``)."""
         if job is not None and queue is not None:
             raise ValueError("register a handler for a job or for a queue, not both")
         if job is not None:
@@ -236,10 +250,13 @@ class Worker:
             if self._default is not None:
                 raise ValueError("a default handler is already registered")
             self._default = function
+            self._dry_run_default = dry_run
             return
         if key in table:
             raise ValueError(f"a handler is already registered for {key!r}")
         table[key] = function
+        if dry_run:
+            self._dry_run_keys.add((table is self._by_job, key))
 
     def handler_for(self, job: str, queue: str) -> Handler | None:
         """The handler of a run: the job's, else the queue's, else the default."""
@@ -247,6 +264,14 @@ class Worker:
         if found is None:
             found = self._by_queue.get(queue, self._default)
         return found
+
+    def supports_dry_run(self, job: str, queue: str) -> bool:
+        """Whether the handler of ``job``/``queue`` was registered with ``dry_run=True``."""
+        if job in self._by_job:
+            return (True, job) in self._dry_run_keys
+        if queue in self._by_queue:
+            return (False, queue) in self._dry_run_keys
+        return self._dry_run_default
 
     # Running
 
@@ -489,6 +514,15 @@ class Worker:
                 completion = self._failure(
                     context, f"worker {self.worker_id} has no handler for job {context.job!r}"
                 )
+            elif context.dry_run and not self.supports_dry_run(context.job, context.queue):
+                log.info(
+                    "run %s of job %r is a dry run and its handler does not support dry "
+                    "runs: skipped",
+                    context.run_id,
+                    context.job,
+                    extra={"action": "dry-run-skipped", "run_id": context.run_id},
+                )
+                completion = Completion(context.run_id, context.fencing_token, "succeeded")
             else:
                 await self._call(handler, context)
                 completion = Completion(context.run_id, context.fencing_token, "succeeded")

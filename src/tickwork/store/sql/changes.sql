@@ -26,5 +26,5 @@ SELECT pg_current_snapshot()::text
 -- name: unfinished_of_snapshot
 -- How many of the transactions in flight at snapshot $1 are still running.
 SELECT count(*)
-FROM pg_snapshot_xip($1::pg_snapshot) AS x(xid)
+FROM pg_snapshot_xip($1::text::pg_snapshot) AS x(xid)
 WHERE pg_xact_status(x.xid) = 'in progress'
