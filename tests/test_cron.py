@@ -20,7 +20,7 @@ def utc(text: str) -> datetime:
         ("* * * *", "expression", "has 4 fields, expected 5"),
         ("* * * * * *", "expression", "has 6 fields, expected 5"),
         ("", "expression", "has 0 fields"),
-        ("@daily", "expression", "has 1 fields"),
+        ("@daily", "expression", "macros like"),
         ("60 * * * *", "minute", "60 is out of range 0-59"),
         ("0 24 * * *", "hour", "24 is out of range 0-23"),
         ("0 0 0 * *", "day-of-month", "0 is out of range 1-31"),

@@ -10,15 +10,13 @@ import calendar
 import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tickwork.core import cron
+from tickwork.core import cron, zones
 
 MINUTE = timedelta(minutes=1)
-MAX_GAP_RUN = timedelta(hours=3)
 MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 NAMES = {name: number for number, name in enumerate(MONTHS, 1)} | {
@@ -115,14 +113,15 @@ def matcher(expression: str) -> tuple[bool, Callable[[datetime], bool]]:
 def explains(instant: datetime, expression: str, zone: str) -> bool:
     """True if ``instant`` is a matching wall time, or the end of a gap holding one."""
     fixed_hour, matches = matcher(expression)
-    tz = ZoneInfo(zone)
+    tz = zones.get(zone)
     local = instant.astimezone(tz)
     wall = local.replace(tzinfo=None)
     if matches(wall) and (local.fold == 0 or not fixed_hour):
         return True
     previous = (instant - MINUTE).astimezone(tz).replace(tzinfo=None)
     skipped = wall - previous - MINUTE
-    if not (fixed_hour and timedelta(0) < skipped <= MAX_GAP_RUN):
+    # A gap of any length (Pacific/Apia lost a whole day) runs a fixed-hour time once.
+    if not (fixed_hour and timedelta(0) < skipped):
         return False
     missing = previous + MINUTE
     while missing < wall:

@@ -18,7 +18,13 @@ import pytest
 
 from tickwork.core import shards
 from tickwork.core.clock import FrozenClock
-from tickwork.core.errors import InvalidRequest, InvalidState, NotFound, StaleLease
+from tickwork.core.errors import (
+    IdempotencyKeyReused,
+    InvalidRequest,
+    InvalidState,
+    NotFound,
+    StaleLease,
+)
 from tickwork.core.records import Completed, Extended, Lease, NewRun, Origin, Outcome, Run, State
 from tickwork.core.spec import JobSpec, Priority, Retry
 from tickwork.engine.dispatch import CompleteItem, Dispatcher, HeartbeatItem
@@ -226,14 +232,19 @@ async def test_same_idempotency_key_returns_the_first_run(jobs: Jobs, clock: Fro
     request = EnqueueRequest(idempotency_key="invoice-42", payload={"v": 1}, payload_given=True)
     first, created = await jobs.enqueue(TENANT, "job", request, ACTOR)
     clock.advance(60)
-    again = EnqueueRequest(idempotency_key="invoice-42", payload={"v": 2}, payload_given=True)
+    again = EnqueueRequest(idempotency_key="invoice-42", payload={"v": 1}, payload_given=True)
     second, created_again = await jobs.enqueue(TENANT, "job", again, ACTOR)
     assert (created, created_again) == (True, False)
     assert second == first
     assert second.payload == {"v": 1}
     assert first.effective_idempotency_key == "invoice-42"
+    # The key used for another request is refused, and nothing changes.
+    other = EnqueueRequest(idempotency_key="invoice-42", payload={"v": 2}, payload_given=True)
+    with pytest.raises(IdempotencyKeyReused, match=first.run_id):
+        await jobs.enqueue(TENANT, "job", other, ACTOR)
     page, _ = await jobs.runs_of_job(TENANT, "job", None, None, 10)
     assert [r.run_id for r in page] == [first.run_id]
+    assert first.request_fingerprint == request.fingerprint() != other.fingerprint()
 
 
 async def test_concurrent_enqueues_with_one_key_make_one_run(jobs: Jobs) -> None:

@@ -125,6 +125,7 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "attempts",
         "attempts_default",
         "audit_log",
+        "changed_jobs",
         "definitions",
         "runs",
         "schema_version",
@@ -139,6 +140,7 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "runs_idempotency",
         "runs_cron_due",
         "definitions_due",
+        "definitions_managed",
         "attempts_run",
     } <= index_names
     assert canonical["versions"] == [

@@ -71,6 +71,7 @@ async def preload(
                 None,
                 now,
                 0,  # no concurrency limit
+                None,  # no request fingerprint: no idempotency key
             )
             for i in range(count)
         ],

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tickwork.core import cron, spec
+from tickwork.core import cron, limits, spec
 from tickwork.core.spec import JobSpec, MissedRunPolicy, Priority, Retry, Schedule
 
 
@@ -145,7 +145,7 @@ def test_unknown_missed_run_policy_is_refused() -> None:
 
 
 def test_payload_of_exactly_256_kib_is_accepted_one_byte_more_is_refused() -> None:
-    limit = spec.MAX_PAYLOAD_BYTES
+    limit = limits.MAX_PAYLOAD_BYTES
     assert limit == 256 * 1024
     at_limit = "x" * (limit - 2)  # the two quotes make it exactly 256 KiB encoded
     assert JobSpec(payload=at_limit).payload == at_limit

@@ -51,6 +51,9 @@ async def test_every_problem_type_of_the_contract_has_the_same_shape(
             await team.get("/v1/jobs/missing"),
             await team.post("/v1/jobs/one/runs", json={"payload": "x" * LIMIT}),
         ]
+        key = {"Idempotency-Key": "k"}
+        assert (await team.post("/v1/jobs/one/runs", json={}, headers=key)).status_code == 201
+        responses.append(await team.post("/v1/jobs/one/runs", json={"payload": 1}, headers=key))
     async with client(api_server, api_server.worker_token) as worker:
         [granted] = (await worker.post("/v1/lease", json={"queues": ["default"]})).json()["leases"]
         responses.append(
@@ -78,6 +81,7 @@ async def test_every_problem_type_of_the_contract_has_the_same_shape(
         "concurrency-limit": 409,
         "invalid-state": 409,
         "payload-too-large": 413,
+        "idempotency-key-reused": 422,
     }
 
 

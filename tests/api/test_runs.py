@@ -183,9 +183,10 @@ async def test_batch_enqueue_answers_per_item_in_order(api_server: ApiServer) ->
         {"delaySeconds": -5},
         {"runAt": at, "idempotencyKey": "batch-a"},
         {"payload": "x" * (256 * 1024 + 1)},
-        {"idempotencyKey": "batch-a"},
+        {"runAt": "2031-06-01T14:00:00+02:00", "idempotencyKey": "batch-a"},
         {"payload": {"n": 5}, "unexpected": 1},
         {},
+        {"idempotencyKey": "batch-a"},
     ]
     async with client(api_server, api_server.team_token) as team:
         response = await team.post("/v1/jobs/fanout/runs:batch", json={"runs": runs})
@@ -201,9 +202,14 @@ async def test_batch_enqueue_answers_per_item_in_order(api_server: ApiServer) ->
         assert items[2]["idempotencyKey"] == "batch-a"
         assert items[3]["problem"]["type"] == PROBLEMS + "payload-too-large"
         assert items[3]["problem"]["status"] == 413
-        assert items[4]["runId"] == items[2]["runId"]  # the same key: the same run
+        # The same key and request (the same instant, spelled otherwise): the same run.
+        assert items[4]["runId"] == items[2]["runId"]
         assert items[5]["problem"]["field"] == "runs[5].unexpected"
         assert items[6]["payload"] == {"default": True}
+        # The same key for another request is refused, and only that item.
+        assert items[7]["problem"]["status"] == 422
+        assert items[7]["problem"]["type"] == PROBLEMS + "idempotency-key-reused"
+        assert items[7]["problem"]["field"] == "runs[7].idempotencyKey"
 
         listed = (await team.get("/v1/jobs/fanout/runs")).json()["items"]
         assert sorted(item["runId"] for item in listed) == sorted(

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from tickwork.api import models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
+from tickwork.core import limits
 from tickwork.core.errors import InvalidRequest
 from tickwork.core.spec import check_name
 from tickwork.engine import audit
@@ -32,7 +33,14 @@ async def list_audit(
     svc: Annotated[Services, Depends(services)],
     job: Annotated[str | None, Query(description="Only this job's entries.")] = None,
     cursor: Annotated[str | None, Query(description="nextCursor of the previous page.")] = None,
-    limit: Annotated[int | None, Query(ge=1, le=500, description="Page size (default 50).")] = None,
+    limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=limits.MAX_PAGE_SIZE,
+            description=f"Page size (default {limits.DEFAULT_PAGE_SIZE}).",
+        ),
+    ] = None,
     tenant: Annotated[
         str | None, Query(description="Admin tokens only: act for this tenant.")
     ] = None,

@@ -19,10 +19,11 @@ from typing import Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from tickwork.core.errors import Forbidden, InvalidRequest, Unauthenticated
 from tickwork.core.records import Scope
-from tickwork.core.spec import check_tenant
+from tickwork.core.spec import check_queue, check_tenant
 
 
 class Role(enum.StrEnum):
@@ -58,6 +59,16 @@ class Principal:
             allowed = ", ".join(r.value for r in roles)
             raise Forbidden(f"this call needs a {allowed} token, not {self.role.value}")
 
+    def may_see(self, tenant: str, queue: str) -> bool:
+        """Whether a run of ``tenant`` in ``queue`` exists for this caller: a worker
+        token sees only the runs of its queues, as it heartbeats and completes only
+        those."""
+        if self.role is Role.admin:
+            return True
+        if tenant != self.tenant:
+            return False
+        return self.role is not Role.worker or self.queues is None or queue in self.queues
+
     def check_queues(self, queues: Sequence[str]) -> None:
         if self.queues is None:
             return
@@ -81,21 +92,45 @@ class Authenticator(Protocol):
 
 
 class TokenEntry(BaseModel):
+    """One entry of a tokens file: ``{token, tenant, role, queues}`` (and a ``name``)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    token: str = Field(min_length=16, description="The bearer token (16+ characters).")
-    tenant: str = Field(min_length=1, description="The tenant (namespace) it acts for.")
+    token: str = Field(
+        min_length=16, description="The bearer token (16+ characters, no whitespace)."
+    )
+    tenant: str = Field(description="The tenant (namespace) it acts for: a DNS-1123 label.")
     role: Role
     queues: list[str] | None = Field(
-        default=None, description="Queues a worker may lease (required for workers)."
+        default=None,
+        description="Queues a worker may lease (at least one for workers; teams and admins "
+        "act on every queue of their tenant and may leave it out or empty).",
     )
     name: str | None = Field(default=None, description="Who holds it, for audit logs.")
 
+    @field_validator("token")
+    @classmethod
+    def _no_whitespace(cls, value: str) -> str:
+        # A bearer token cannot hold whitespace on the wire (the header splits there):
+        # such an entry could never be used, or only by a token nobody meant.
+        if not value.strip() or any(c.isspace() for c in value):
+            raise PydanticCustomError("invalid_token", "a token must not contain whitespace")
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        try:
+            check_tenant(value)
+        except ValueError as error:
+            raise PydanticCustomError("invalid_tenant", str(error)) from None
+        return value
+
     @field_validator("queues")
     @classmethod
-    def _non_empty(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not value:
-            raise ValueError("queues must list at least one queue")
+    def _queue_names(cls, value: list[str] | None) -> list[str] | None:
+        for queue in value or ():
+            check_queue(queue)
         return value
 
 
@@ -113,8 +148,8 @@ class StaticTokens:
     def __init__(self, entries: Iterable[TokenEntry]) -> None:
         self._by_digest: dict[bytes, tuple[bytes, Principal]] = {}
         for index, entry in enumerate(entries):
-            if entry.role is Role.worker and entry.queues is None:
-                raise ValueError(f"token #{index + 1}: a worker token must list its queues")
+            if entry.role is Role.worker and not entry.queues:
+                raise ValueError(f"token #{index + 1}: a worker token must list at least one queue")
             digest = _digest(entry.token)
             if digest in self._by_digest:
                 raise ValueError(f"token #{index + 1} is listed twice")
@@ -122,7 +157,7 @@ class StaticTokens:
                 subject=entry.name or f"{entry.role.value}:{entry.tenant}#{index + 1}",
                 tenant=entry.tenant,
                 role=entry.role,
-                queues=None if entry.queues is None else frozenset(entry.queues),
+                queues=frozenset(entry.queues or ()) if entry.role is Role.worker else None,
             )
             self._by_digest[digest] = (digest, principal)
 

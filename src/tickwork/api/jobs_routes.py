@@ -1,18 +1,20 @@
-"""Jobs, runs and the DLQ: the routes people and their tools use (pydantic-validated)."""
+"""Jobs, runs and the DLQ: the routes people and their tools use (pydantic-validated).
+
+Bodies are read through ``bodies``: bounded JSON, camelCase fields only, no type
+coercion, unknown fields refused; each body model is documented with ``openapi_extra``.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
-from pydantic import ValidationError
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from starlette.responses import Response
 
-from tickwork.api import models, problems, render, responses
+from tickwork.api import bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
-from tickwork.core import shards
+from tickwork.core import fields, limits, shards
 from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
 from tickwork.core.records import Attempt, Run, State
 from tickwork.core.spec import JobSpec, check_name
@@ -25,7 +27,14 @@ Svc = Annotated[Services, Depends(services)]
 JobName = Annotated[str, Path(description="The job's name (DNS-1123 subdomain).")]
 RunId = Annotated[str, Path(alias="runId", description="The run's id.")]
 TenantParam = Annotated[str | None, Query(description="Admin tokens only: act for this tenant.")]
-Limit = Annotated[int | None, Query(ge=1, le=500, description="Page size (default 50).")]
+Limit = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        le=limits.MAX_PAGE_SIZE,
+        description=f"Page size (default {limits.DEFAULT_PAGE_SIZE}).",
+    ),
+]
 Cursor = Annotated[str | None, Query(description="nextCursor of the previous page.")]
 
 _errors: dict[int | str, dict[str, Any]] = {
@@ -68,11 +77,11 @@ def _limit(svc: Services, limit: int | None) -> int:
 async def _owned_run(
     svc: Services, caller: Principal, run_id: str, *roles: Role
 ) -> tuple[Run, list[Attempt]]:
-    """The run with its attempts, if ``caller`` may see it: another tenant's run is
-    reported as absent."""
+    """The run with its attempts, if ``caller`` may see it: another tenant's run, or for a
+    worker token a run outside its queues, is reported as absent."""
     caller.require(*roles)
     run, attempts = await svc.jobs.run(run_id)
-    if caller.role is not Role.admin and run.tenant != caller.tenant:
+    if not caller.may_see(run.tenant, run.queue):
         raise NotFound(f"no run {run.run_id!r}", field="runId")
     return run, attempts
 
@@ -95,12 +104,13 @@ async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]
     "/jobs/{name}",
     summary="Create or replace a job",
     responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_managed_errors},
+    openapi_extra=bodies.openapi(JobSpec, required=True),
 )
 async def put_job(
     name: JobName,
-    spec: JobSpec,
     caller: Caller,
     svc: Svc,
+    request: Request,
     tenant: TenantParam = None,
 ) -> Response:
     owner = _team(caller, tenant)
@@ -108,6 +118,8 @@ async def put_job(
         check_name(name)
     except ValueError as error:
         raise InvalidRequest(str(error), field="name") from error
+    spec = await bodies.model(request, JobSpec, required=True)
+    assert spec is not None
     stored = await svc.jobs.put(owner, name, spec, caller.subject)
     return responses.json(await _job_document(svc, owner, name), 201 if stored.created else 200)
 
@@ -194,8 +206,9 @@ IdempotencyKey = Annotated[
     Header(
         alias="Idempotency-Key",
         min_length=1,
-        max_length=256,
-        description="Enqueueing twice with one key returns the first run.",
+        max_length=limits.MAX_IDEMPOTENCY_KEY_LENGTH,
+        description="Enqueueing twice with one key and the same body returns the first "
+        "run; the same key with another body is refused (422 idempotency-key-reused).",
     ),
 ]
 
@@ -208,22 +221,25 @@ IdempotencyKey = Annotated[
         201: {"model": models.Run, "description": "A new run"},
         409: {"model": models.Problem, "description": "concurrency-limit"},
         413: {"model": models.Problem, "description": "payload-too-large"},
+        422: {"model": models.Problem, "description": "idempotency-key-reused"},
         429: {"model": models.Problem, "description": "quota-exceeded (see Retry-After)"},
         **_errors,
     },
+    openapi_extra=bodies.openapi(models.EnqueueRequest, required=False),
 )
 async def enqueue(
     name: JobName,
     caller: Caller,
     svc: Svc,
     request: Request,
-    body: Annotated[models.EnqueueRequest | None, Body()] = None,
     idempotency_key: IdempotencyKey = None,
     tenant: TenantParam = None,
 ) -> Response:
     owner = _team(caller, tenant)
-    _admit(svc, owner, 1)
+    _job_name(name)
+    body = await bodies.model(request, models.EnqueueRequest, required=False)
     body = body or models.EnqueueRequest()
+    _admit(svc, owner, 1)
     payload_given = "payload" in body.model_fields_set
     run, created = await svc.jobs.enqueue(
         owner,
@@ -252,44 +268,32 @@ async def enqueue(
         429: {"model": models.Problem, "description": "quota-exceeded (see Retry-After)"},
         **_errors,
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": models.BatchEnqueueRequest.model_json_schema(
-                        ref_template="#/components/schemas/{model}"
-                    )
-                }
-            },
-        }
-    },
+    openapi_extra=bodies.openapi(models.BatchEnqueueRequest, required=True),
 )
 async def enqueue_batch(
     name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
     owner = _team(caller, tenant)
     _job_name(name)
-    try:
-        document = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as error:
-        raise InvalidRequest(f"body is not JSON: {error}") from error
-    if not isinstance(document, dict) or set(document) != {"runs"}:
-        raise InvalidRequest('body must be {"runs": [...]}', field="runs")
-    items = document["runs"]
-    if not isinstance(items, list) or not 1 <= len(items) <= models.MAX_BATCH_ENQUEUE:
+    document = await bodies.document(request, lenient=True)
+    if not isinstance(document, dict):
+        raise InvalidRequest('body must be {"runs": [...]}', field="body")
+    unknown = sorted(set(document) - {"runs"})
+    if unknown:
+        field = fields.key("", unknown[0])
+        raise InvalidRequest(f"{field}: unknown field", field=field)
+    items = document.get("runs")
+    if not isinstance(items, list) or not 1 <= len(items) <= limits.MAX_ENQUEUE_BATCH:
         raise InvalidRequest(
-            f"runs must be a list of 1..{models.MAX_BATCH_ENQUEUE} items", field="runs"
+            f"runs must be a list of 1..{limits.MAX_ENQUEUE_BATCH} items", field="runs"
         )
     # Each item is validated on its own: one bad item gets a problem, the rest enqueue.
     slots: list[dict[str, Any] | None] = []
     requests: list[EnqueueRequest] = []
     for index, raw in enumerate(items):
         try:
-            item = models.BatchEnqueueItem.model_validate(raw)
-        except ValidationError as error:
-            problem = problems.from_validation(error.errors())
-            problem.field = f"runs[{index}]" + ("." + problem.field if problem.field else "")
+            item = bodies.validated(models.BatchEnqueueItem, raw, f"runs[{index}]")
+        except TickworkError as problem:
             slots.append({"problem": render.problem(problem)})
             continue
         if item.run_at is not None and item.delay_seconds is not None:
@@ -312,6 +316,7 @@ async def enqueue_batch(
                 payload=item.payload,
                 payload_given="payload" in item.model_fields_set,
                 idempotency_key=item.idempotency_key,
+                key_field=f"runs[{index}].idempotencyKey",
             )
         )
     if requests:
@@ -324,7 +329,11 @@ async def enqueue_batch(
         if slot is not None:
             results.append(slot)
             continue
-        run, created = next(enqueued)
+        outcome = next(enqueued)
+        if isinstance(outcome, TickworkError):
+            results.append({"problem": render.problem(outcome)})
+            continue
+        run, created = outcome
         if created:
             svc.metrics.enqueued.inc()
         results.append(render.run(run))

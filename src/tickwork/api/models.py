@@ -1,8 +1,9 @@
 """Request and response models of the public API (camelCase JSON).
 
-Cold routes validate requests with these models; the hot worker routes parse by hand
-(see ``worker_routes``) but document themselves with the same models, so
-``/openapi.json`` describes every route.
+Cold routes validate requests with these models (through ``bodies``: camelCase only,
+no coercion); the hot worker routes parse by hand (see ``worker_routes``) but document
+themselves with the same models, so ``/openapi.json`` describes every route. Bounds
+come from ``core.limits``.
 """
 
 from __future__ import annotations
@@ -10,15 +11,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from tickwork.core import spec
-from tickwork.core.spec import JobSpec, Priority
-
-MAX_BATCH_ENQUEUE = 1000
-MAX_DELAY_SECONDS = 366 * 86_400
+from tickwork.core import limits, spec
+from tickwork.core.spec import Instant, JobSpec, Priority
 
 State = Literal[
     "scheduled",
@@ -35,7 +44,6 @@ State = Literal[
 
 text_problem = spec.text_problem
 json_problem = spec.json_problem
-check_payload = spec.check_payload
 check_instant = spec.check_instant
 
 
@@ -146,23 +154,27 @@ class AuditPage(Model):
 class EnqueueRequest(Model):
     """Enqueue a run now (neither field), at ``runAt``, or after ``delaySeconds``."""
 
-    run_at: AwareDatetime | None = Field(default=None, description="Run at this instant.")
-    delay_seconds: float | None = Field(
-        default=None, ge=0, le=MAX_DELAY_SECONDS, description="Run after this many seconds."
+    run_at: Instant | None = Field(default=None, description="Run at this instant.")
+    delay_seconds: StrictFloat | None = Field(
+        default=None,
+        ge=0,
+        le=limits.MAX_DELAY_SECONDS,
+        description="Run after this many seconds.",
     )
     payload: spec.Payload = Field(
-        default=None, description="Overrides the job's payload (≤ 256 KiB encoded)."
+        default=None,
+        description="Overrides the job's payload (≤ 256 KiB encoded, no credentials).",
     )
     priority: Priority | None = Field(default=None, description="Overrides the job's priority.")
-    if_not_running: bool = Field(
+    if_not_running: StrictBool = Field(
         default=False,
         description="Refuse (409 concurrency-limit) while the job is at its concurrency limit.",
     )
 
     @field_validator("payload")
     @classmethod
-    def _size(cls, value: JsonValue) -> JsonValue:
-        return check_payload(value)  # type: ignore[no-any-return]
+    def _size(cls, value: JsonValue, info: ValidationInfo) -> JsonValue:
+        return spec.payload_validator(value, info)  # type: ignore[no-any-return]
 
     @field_validator("run_at")
     @classmethod
@@ -171,10 +183,12 @@ class EnqueueRequest(Model):
 
 
 class BatchEnqueueItem(Model):
-    run_at: AwareDatetime | None = None
-    delay_seconds: float | None = Field(default=None, ge=0, le=MAX_DELAY_SECONDS)
+    run_at: Instant | None = None
+    delay_seconds: StrictFloat | None = Field(default=None, ge=0, le=limits.MAX_DELAY_SECONDS)
     payload: spec.Payload = None
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    idempotency_key: StrictStr | None = Field(
+        default=None, min_length=1, max_length=limits.MAX_IDEMPOTENCY_KEY_LENGTH
+    )
 
     @field_validator("idempotency_key")
     @classmethod
@@ -186,8 +200,8 @@ class BatchEnqueueItem(Model):
 
     @field_validator("payload")
     @classmethod
-    def _size(cls, value: JsonValue) -> JsonValue:
-        return check_payload(value)  # type: ignore[no-any-return]
+    def _size(cls, value: JsonValue, info: ValidationInfo) -> JsonValue:
+        return spec.payload_validator(value, info)  # type: ignore[no-any-return]
 
     @field_validator("run_at")
     @classmethod
@@ -196,7 +210,7 @@ class BatchEnqueueItem(Model):
 
 
 class BatchEnqueueRequest(Model):
-    runs: list[BatchEnqueueItem] = Field(min_length=1, max_length=MAX_BATCH_ENQUEUE)
+    runs: list[BatchEnqueueItem] = Field(min_length=1, max_length=limits.MAX_ENQUEUE_BATCH)
 
 
 class BatchEnqueueResponse(Model):
@@ -209,11 +223,17 @@ class BatchEnqueueResponse(Model):
 
 
 class LeaseRequest(Model):
-    queues: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, max_length=100)
-    max: int = Field(default=1, ge=1, le=100)
-    wait_seconds: float = Field(default=0, ge=0, le=20)
-    lease_seconds: float = Field(default=30, ge=1, le=21_600)
-    worker_id: str | None = Field(default=None, max_length=256)
+    queues: list[Annotated[str, Field(min_length=1, max_length=limits.MAX_QUEUE_LENGTH)]] = Field(
+        min_length=1, max_length=limits.MAX_LEASE_QUEUES
+    )
+    max: StrictInt = Field(default=1, ge=1, le=limits.MAX_LEASE_BATCH)
+    wait_seconds: StrictFloat = Field(default=0, ge=0, le=limits.MAX_WAIT_SECONDS)
+    lease_seconds: StrictFloat = Field(
+        default=limits.DEFAULT_LEASE_SECONDS,
+        ge=limits.MIN_LEASE_SECONDS,
+        le=limits.MAX_LEASE_SECONDS,
+    )
+    worker_id: str | None = Field(default=None, max_length=limits.MAX_WORKER_ID_LENGTH)
 
 
 class Lease(Model):
@@ -236,8 +256,12 @@ class LeaseResponse(Model):
 
 
 class HeartbeatRequest(Model):
-    fencing_token: int = Field(gt=0, lt=2**63)
-    extend_seconds: float = Field(default=30, ge=1, le=21_600)
+    fencing_token: StrictInt = Field(gt=0, lt=2**63)
+    extend_seconds: StrictFloat = Field(
+        default=limits.DEFAULT_LEASE_SECONDS,
+        ge=limits.MIN_LEASE_SECONDS,
+        le=limits.MAX_LEASE_SECONDS,
+    )
 
 
 class HeartbeatResponse(Model):
@@ -247,12 +271,15 @@ class HeartbeatResponse(Model):
 
 class ErrorReport(Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
-    message: str = Field(max_length=65_536)
-    retryable: bool = True
+    message: str = Field(
+        description=f"The whole error object is at most {limits.MAX_ERROR_BYTES} bytes "
+        f"encoded and {limits.MAX_JSON_DEPTH} levels deep."
+    )
+    retryable: StrictBool = True
 
 
 class CompleteRequest(Model):
-    fencing_token: int = Field(gt=0, lt=2**63)
+    fencing_token: StrictInt = Field(gt=0, lt=2**63)
     outcome: Literal["succeeded", "failed"]
     error: ErrorReport | None = None
 
@@ -271,11 +298,11 @@ class CompleteItem(CompleteRequest):
 
 
 class HeartbeatBatchRequest(Model):
-    items: list[HeartbeatItem] = Field(min_length=1, max_length=100)
+    items: list[HeartbeatItem] = Field(min_length=1, max_length=limits.MAX_HEARTBEAT_BATCH)
 
 
 class CompleteBatchRequest(Model):
-    items: list[CompleteItem] = Field(min_length=1, max_length=100)
+    items: list[CompleteItem] = Field(min_length=1, max_length=limits.MAX_COMPLETE_BATCH)
 
 
 class BatchResults(Model):

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from tickwork.api import render
+from tickwork.core import spec
 from tickwork.core.errors import (
     InvalidRequest,
     InvalidSchedule,
@@ -41,28 +42,12 @@ def response(error: TickworkError) -> Response:
     )
 
 
-def field_of(location: tuple[int | str, ...] | list[int | str]) -> str | None:
-    """``("body", "schedule", "cron")`` → ``"schedule.cron"``; list indexes as ``[n]``."""
-    parts = list(location)
-    if parts and parts[0] in ("body", "query", "path", "header"):
-        parts = parts[1:]
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif part in ("function-after", "function-before") or "[" in str(part):
-            continue
-        else:
-            text += ("." if text else "") + str(part)
-    return text or None
-
-
 def from_validation(errors: list[Any] | tuple[Any, ...]) -> TickworkError:
     """The problem for a list of pydantic errors: the first error decides the type."""
     first = errors[0]
-    field = field_of(tuple(first.get("loc", ())))
+    field = spec.error_field(first)
     kind = first.get("type", "")
-    message = first.get("msg", "invalid value")
+    message = spec.error_message(first)
     detail = f"{field}: {message}" if field else message
     if kind == "invalid_schedule":
         return InvalidSchedule(detail, field=field)

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import Authenticator, Principal, authenticate_header
+from tickwork.core import limits
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
@@ -20,12 +21,12 @@ from tickwork.store.wakeup import ReadySignal
 @dataclass(frozen=True)
 class ApiSettings:
     # Bounds every request body: a batch of 1 000 runs of 256 KiB each is not welcome.
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: int = limits.MAX_BODY_BYTES
     # A long-poll re-checks the database at least this often, in case a notification
     # was lost while a listening connection was being re-established.
     long_poll_recheck_seconds: float = 5.0
-    default_page_size: int = 50
-    max_page_size: int = 500
+    default_page_size: int = limits.DEFAULT_PAGE_SIZE
+    max_page_size: int = limits.MAX_PAGE_SIZE
     # Enqueues per tenant per API process: a sustained rate and the burst above it.
     enqueue_rate: float = 1000.0
     enqueue_burst: float = 5000.0

@@ -18,20 +18,17 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import models, render, responses
+from tickwork.api import bodies, models, render, responses
 from tickwork.api.auth import Principal, Role, authenticate_header
 from tickwork.api.services import Services, services
+from tickwork.core import fields, limits
 from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError
 from tickwork.core.records import Completed, Extended, Lease, Outcome
-from tickwork.core.spec import Priority
+from tickwork.core.spec import Priority, check_queue
 from tickwork.engine.dispatch import CompleteItem, HeartbeatItem
 
 router = APIRouter(prefix="/v1")
 
-MAX_ITEMS: Final = 100
-MAX_LEASE_SECONDS: Final = 21_600
-MAX_WAIT_SECONDS: Final = 20
-MAX_ERROR_BYTES: Final = 64 * 1024
 _DEFAULT_WORKER: Final = f"{socket.gethostname()}-{os.getpid()}"
 
 
@@ -65,16 +62,6 @@ async def _worker(request: Request) -> tuple[Services, Principal]:
     if caller.role is Role.team:
         raise Forbidden("this call needs a worker token")
     return svc, caller
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        document = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as error:
-        raise InvalidRequest(f"body is not JSON: {error}") from error
-    if not isinstance(document, dict):
-        raise InvalidRequest("body must be a JSON object")
-    return document
 
 
 def _number(
@@ -116,8 +103,8 @@ def _run_id(document: dict[str, Any], where: str) -> str:
 def _check_keys(document: dict[str, Any], allowed: frozenset[str], where: str = "") -> None:
     unknown = set(document) - allowed
     if unknown:
-        name = sorted(unknown)[0]
-        raise InvalidRequest(f"{where}{name}: unknown field", field=where + name)
+        field = fields.key(where.removesuffix("."), sorted(unknown)[0])
+        raise InvalidRequest(f"{field}: unknown field", field=field)
 
 
 _LEASE_KEYS: Final = frozenset({"queues", "max", "waitSeconds", "leaseSeconds", "workerId"})
@@ -125,11 +112,11 @@ _BEAT_KEYS: Final = frozenset({"fencingToken", "extendSeconds"})
 _COMPLETE_KEYS: Final = frozenset({"fencingToken", "outcome", "error"})
 
 
-def _items(document: dict[str, Any]) -> list[dict[str, Any]]:
+def _items(document: dict[str, Any], limit: int) -> list[dict[str, Any]]:
     _check_keys(document, frozenset({"items"}))
     items = document.get("items")
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_ITEMS:
-        raise InvalidRequest(f"items must be a list of 1..{MAX_ITEMS} objects", field="items")
+    if not isinstance(items, list) or not 1 <= len(items) <= limit:
+        raise InvalidRequest(f"items must be a list of 1..{limit} objects", field="items")
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise InvalidRequest(f"items[{index}] must be an object", field=f"items[{index}]")
@@ -141,7 +128,14 @@ def _beat(document: dict[str, Any], run_id: str, where: str = "") -> HeartbeatIt
     return HeartbeatItem(
         run_id,
         _token(document, where),
-        _number(document, "extendSeconds", 30, 1, MAX_LEASE_SECONDS, where),
+        _number(
+            document,
+            "extendSeconds",
+            limits.DEFAULT_LEASE_SECONDS,
+            limits.MIN_LEASE_SECONDS,
+            limits.MAX_LEASE_SECONDS,
+            where,
+        ),
     )
 
 
@@ -169,9 +163,10 @@ def _completion(document: dict[str, Any], run_id: str, where: str = "") -> Compl
         problem = models.json_problem(error)
         if problem is not None:
             raise InvalidRequest(f"{where}error: {problem}", field=where + "error")
-        if len(orjson.dumps(error)) > MAX_ERROR_BYTES:
+        if len(orjson.dumps(error)) > limits.MAX_ERROR_BYTES:
             raise InvalidRequest(
-                f"{where}error is larger than {MAX_ERROR_BYTES} bytes", field=where + "error"
+                f"{where}error is larger than {limits.MAX_ERROR_BYTES} bytes",
+                field=where + "error",
             )
     return CompleteItem(run_id, token, Outcome(outcome), error, retryable)
 
@@ -197,29 +192,42 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
 )
 async def lease(request: Request) -> Response:
     svc, caller = await _worker(request)
-    document = await _body(request)
+    document = await bodies.json_object(request)
     _check_keys(document, _LEASE_KEYS)
     queues = document.get("queues")
-    if (
-        not isinstance(queues, list)
-        or not 1 <= len(queues) <= 100
-        or not all(isinstance(q, str) and q and models.text_problem(q) is None for q in queues)
-    ):
-        raise InvalidRequest("queues must be a list of 1..100 queue names", field="queues")
+    if not isinstance(queues, list) or not 1 <= len(queues) <= limits.MAX_LEASE_QUEUES:
+        raise InvalidRequest(
+            f"queues must be a list of 1..{limits.MAX_LEASE_QUEUES} queue names", field="queues"
+        )
+    for index, queue in enumerate(queues):
+        try:
+            if not isinstance(queue, str):
+                raise ValueError("a queue name is a string")
+            check_queue(queue)
+        except ValueError as error:
+            raise InvalidRequest(f"queues[{index}]: {error}", field=f"queues[{index}]") from None
     caller.check_queues(queues)
-    limit = int(_number(document, "max", 1, 1, MAX_ITEMS))
+    limit = int(_number(document, "max", 1, 1, limits.MAX_LEASE_BATCH))
     if document.get("max", 1) != limit:
         raise InvalidRequest("max must be an integer", field="max")
-    wait = _number(document, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
-    lease_seconds = _number(document, "leaseSeconds", 30, 1, MAX_LEASE_SECONDS)
+    wait = _number(document, "waitSeconds", 0, 0, limits.MAX_WAIT_SECONDS)
+    lease_seconds = _number(
+        document,
+        "leaseSeconds",
+        limits.DEFAULT_LEASE_SECONDS,
+        limits.MIN_LEASE_SECONDS,
+        limits.MAX_LEASE_SECONDS,
+    )
     worker_id = document.get("workerId") or _DEFAULT_WORKER
     if (
         not isinstance(worker_id, str)
-        or len(worker_id) > 256
+        or len(worker_id) > limits.MAX_WORKER_ID_LENGTH
         or models.text_problem(worker_id) is not None
     ):
         raise InvalidRequest(
-            "workerId must be text of at most 256 characters, without NUL", field="workerId"
+            f"workerId must be text of at most {limits.MAX_WORKER_ID_LENGTH} characters, "
+            "without NUL",
+            field="workerId",
         )
     tenant = None if caller.role is Role.admin else caller.tenant
 
@@ -267,7 +275,7 @@ def _single(result: Extended | Completed | TickworkError, svc: Services) -> Resp
 )
 async def heartbeat(runId: str, request: Request) -> Response:
     svc, caller = await _worker(request)
-    item = _beat(await _body(request), runId)
+    item = _beat(await bodies.json_object(request), runId)
     [result] = await svc.dispatcher.heartbeat([item], caller.worker_scope())
     return _single(result, svc)
 
@@ -280,7 +288,7 @@ async def heartbeat(runId: str, request: Request) -> Response:
 )
 async def complete(runId: str, request: Request) -> Response:
     svc, caller = await _worker(request)
-    item = _completion(await _body(request), runId)
+    item = _completion(await bodies.json_object(request), runId)
     [result] = await svc.dispatcher.complete([item], caller.worker_scope())
     return _single(result, svc)
 
@@ -311,7 +319,7 @@ def _batch_results(
 )
 async def heartbeat_batch(request: Request) -> Response:
     svc, caller = await _worker(request)
-    items = _items(await _body(request))
+    items = _items(await bodies.json_object(request), limits.MAX_HEARTBEAT_BATCH)
     beats = [
         _beat(item, _run_id(item, f"items[{i}]."), f"items[{i}].") for i, item in enumerate(items)
     ]
@@ -327,7 +335,7 @@ async def heartbeat_batch(request: Request) -> Response:
 )
 async def complete_batch(request: Request) -> Response:
     svc, caller = await _worker(request)
-    items = _items(await _body(request))
+    items = _items(await bodies.json_object(request), limits.MAX_COMPLETE_BATCH)
     completions = [
         _completion(item, _run_id(item, f"items[{i}]."), f"items[{i}].")
         for i, item in enumerate(items)

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import click
 
-from tickwork.core import cron, hashing
+from tickwork.core import cron, hashing, limits, spec
 
-# RFC 3339 date-time: full date, time with seconds, and an explicit offset.
-# datetime.fromisoformat alone would also take dates, basic formats and naive times.
-_RFC3339: Final = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
 _MAX_COUNT: Final = 1000
-_MAX_JITTER_SECONDS: Final = 3600
 
 
 def _parse_instant(text: str) -> datetime:
-    if not _RFC3339.match(text):
+    # datetime.fromisoformat alone would also take dates, basic formats and naive times.
+    if not spec.is_rfc3339(text):
         raise click.BadParameter(
             f"{text!r} is not an RFC 3339 instant (e.g. 2024-03-31T01:00:00Z)",
             param_hint="'--after'",
@@ -80,7 +74,7 @@ def schedule() -> None:
 )
 @click.option(
     "--jitter-seconds",
-    type=click.IntRange(0, _MAX_JITTER_SECONDS),
+    type=click.IntRange(0, limits.MAX_JITTER_SECONDS),
     help="Shift each time by the job's stable jitter offset (needs --job).",
 )
 @click.option("--job", "job_text", metavar="TENANT/NAME", help="Job whose jitter to apply.")

@@ -5,9 +5,12 @@ must be timezone-aware. croniter does the calendar arithmetic on naive *local*
 wall times; this module adds what the product promises on top of it (see
 ``docs/cron.md``):
 
-* a strict Vixie grammar. croniter also accepts ``H``, ``W``, ``?``, 6 and 7
-  fields, wrapping ranges, and reads ``5-5`` as the whole field; a scheduler must
-  refuse what it would otherwise have to guess, and name the field that is wrong;
+* a strict Vixie grammar (the one ``docs/cron.md`` states, and a test compares
+  with). croniter also accepts ``H``, ``W``, ``?``, 6 and 7 fields, wrapping ranges,
+  and reads ``5-5`` as the whole field; a scheduler must refuse what it would
+  otherwise have to guess, and name the field that is wrong. The expression is
+  bounded and ASCII before any of it is read, so no input costs more than a few
+  milliseconds;
 * the day-of-month / day-of-week rule by field *text* (a field starting with
   ``*`` is unrestricted), expressed to croniter as a union of plain
   intersections so its own OR handling (which keeps ``#`` and ``L`` as
@@ -24,18 +27,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import islice
 from typing import Any, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import croniter
 from croniter.croniter import CroniterError
 
-__all__ = ["CronError", "CronSchedule", "validate"]
+from tickwork.core import limits, zones
 
-# A wall-clock jump longer than this is not DST but a zone changing its offset for
-# good (Pacific/Apia skipped 2011-12-30 entirely). Vixie cron treats such a jump as
-# the clock being set and does not run the fixed-time jobs it skipped; so do we.
-# Every real DST gap is at most 2 hours.
-MAX_GAP_RUN: Final = timedelta(hours=3)
+__all__ = ["CronError", "CronSchedule", "validate"]
 
 # No zone's offset changes by more than 26 hours in total, so looking this far
 # ahead (or back) of an instant is enough to see any fall-back that makes local
@@ -70,15 +69,19 @@ _WEEKDAY_NAMES: Final = {
 }
 _NAMES: Final[tuple[dict[str, int], ...]] = ({}, {}, {}, _MONTH_NAMES, _WEEKDAY_NAMES)
 
-_VALUE: Final = r"(\d+|[a-zA-Z]+)"
-_RANGE_RE: Final = re.compile(rf"^{_VALUE}(?:-{_VALUE})?(?:/(\d+))?$")
-_STAR_RE: Final = re.compile(r"^\*(?:/(\d+))?$")
-_LAST_WEEKDAY_RE: Final = re.compile(rf"^{_VALUE}[lL]$")
-_NTH_WEEKDAY_RE: Final = re.compile(rf"^{_VALUE}#(\d+)$")
-
-# Zone keys that name the machine's own setting rather than a place: the same
-# job would fire at different instants on different hosts.
-_MACHINE_ZONES: Final = frozenset({"localtime", "posixrules", "Factory"})
+# ASCII only: ``\d`` and ``str.isdigit`` would also take Arabic-Indic or full-width
+# digits, which no other cron reads.
+_VALUE: Final = r"([0-9]+|[a-zA-Z]+)"
+_RANGE_RE: Final = re.compile(rf"{_VALUE}(?:-{_VALUE})?(?:/([0-9]+))?")
+_STAR_RE: Final = re.compile(r"\*(?:/([0-9]+))?")
+_LAST_WEEKDAY_RE: Final = re.compile(rf"{_VALUE}[lL]")
+_NTH_WEEKDAY_RE: Final = re.compile(rf"{_VALUE}#([0-9]+)")
+_DIGITS_RE: Final = re.compile(r"[0-9]+")
+# Fields are separated by ASCII spaces and tabs only: a newline, a no-break or an em
+# space between fields is a pasting accident, not a separator. Other printable ASCII
+# is left to the field grammar, which names the field it is in.
+_SEPARATOR_RE: Final = re.compile(r"[ \t]+")
+_FOREIGN_RE: Final = re.compile(r"[^\x21-\x7e \t]")
 
 
 class CronError(ValueError):
@@ -116,7 +119,7 @@ def _fail(index: int, message: str, value: str) -> CronError:
 
 def _value(index: int, text: str, item: str) -> int:
     low, high = _BOUNDS[index]
-    if text.isdigit():
+    if _DIGITS_RE.fullmatch(text):
         number = int(text)
     else:
         names = _NAMES[index]
@@ -140,18 +143,19 @@ def _step(index: int, text: str | None, item: str) -> int:
     if text is None:
         return 1
     step = int(text)
-    if step < 1:
-        raise _fail(index, f"step 0 in {item!r} is not allowed", item)
+    high = _BOUNDS[index][1]
+    if not 1 <= step <= high:
+        raise _fail(index, f"step {step} in {item!r} is out of range 1-{high}", item)
     return step
 
 
 def _expand_item(index: int, item: str) -> range:
     """The values of one list item that is ``*``, a value or a range, with a step."""
     low, high = _BOUNDS[index]
-    star = _STAR_RE.match(item)
+    star = _STAR_RE.fullmatch(item)
     if star:
         return range(low, high + 1, _step(index, star.group(1), item))
-    matched = _RANGE_RE.match(item)
+    matched = _RANGE_RE.fullmatch(item)
     if not matched:
         raise _fail(index, f"cannot read {item!r}", item)
     first_text, last_text, step_text = matched.groups()
@@ -206,8 +210,8 @@ def _parse_days(day_text: str, weekday_text: str) -> _DayFields:
             raise _fail(
                 weekday_index, "'L' needs a weekday here, e.g. '5L' for the last Friday", item
             )
-        last_match = _LAST_WEEKDAY_RE.match(item)
-        nth_match = _NTH_WEEKDAY_RE.match(item)
+        last_match = _LAST_WEEKDAY_RE.fullmatch(item)
+        nth_match = _NTH_WEEKDAY_RE.fullmatch(item)
         if last_match and not (item.isalpha() and item.lower() in _WEEKDAY_NAMES):
             last_weekdays.add(_value(weekday_index, last_match.group(1), item) % 7)
         elif nth_match:
@@ -292,20 +296,46 @@ def _fresh(template: Any) -> Any:
 
 
 def _load_zone(zone: str) -> ZoneInfo:
-    if zone in _MACHINE_ZONES:
-        raise CronError(
-            f"time zone {zone!r} is not a place; use an IANA name like 'Europe/Berlin'",
-            field="zone",
-            value=zone,
-        )
     try:
-        return ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
+        return zones.get(zone)
+    except zones.UnknownZone as error:
+        raise CronError(str(error), field="zone", value=zone) from None
+
+
+def _fields(expression: str) -> list[str]:
+    """The five field texts, or ``CronError`` before anything costly is read."""
+    if len(expression) > limits.MAX_CRON_LENGTH:
         raise CronError(
-            f"unknown time zone {zone!r} (expected an IANA name like 'Europe/Berlin')",
-            field="zone",
-            value=zone,
-        ) from None
+            f"cron expression is {len(expression)} characters long; the limit is "
+            f"{limits.MAX_CRON_LENGTH}",
+            field="expression",
+        )
+    if expression.strip(" \t").startswith("@"):
+        raise CronError(
+            f"cron expression {expression!r}: macros like '@daily' are not supported; "
+            "write the five fields (for example '0 0 * * *')",
+            field="expression",
+            value=expression,
+        )
+    foreign = _FOREIGN_RE.search(expression)
+    if foreign is not None:
+        raise CronError(
+            f"cron expression {expression!r} holds {foreign.group()!r} at position "
+            f"{foreign.start()}: an expression is printable ASCII, its fields separated "
+            "by spaces or tabs",
+            field="expression",
+            value=expression,
+        )
+    stripped = expression.strip(" \t")
+    fields = _SEPARATOR_RE.split(stripped) if stripped else []
+    if len(fields) != 5:
+        raise CronError(
+            f"cron expression {' '.join(fields)!r} has {len(fields)} fields, expected 5 "
+            "(minute hour day-of-month month day-of-week)",
+            field="expression",
+            value=expression,
+        )
+    return fields
 
 
 def _require_aware(value: datetime, name: str) -> datetime:
@@ -339,15 +369,8 @@ class CronSchedule:
     _clauses: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        fields = self.expression.split()
+        fields = _fields(self.expression)
         normalised = " ".join(fields)
-        if len(fields) != 5:
-            raise CronError(
-                f"cron expression {normalised!r} has {len(fields)} fields, expected 5 "
-                "(minute hour day-of-month month day-of-week)",
-                field="expression",
-                value=self.expression,
-            )
         tz = _load_zone(self.zone)
         try:
             expressions = _clause_expressions(fields)
@@ -380,6 +403,10 @@ class CronSchedule:
             "_clauses",
             tuple(croniter(expression, _PROBE_START, day_or=False) for expression in living),
         )
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        # Zones come from the tzdata package and pickle by name, not by file.
+        return (CronSchedule.parse, (self.expression, self.zone))
 
     @classmethod
     def parse(cls, expression: str, zone: str = "UTC") -> CronSchedule:
@@ -473,7 +500,9 @@ class CronSchedule:
             return (first,) if self.fixed_hour else (first, second)
         # Wall time inside a gap: fold=0 read it with the offset before the gap
         # (an instant after the jump), fold=1 with the one after (an instant before).
-        if self.fixed_hour and first - second <= MAX_GAP_RUN:
+        # A gap of any length, a DST hour or Pacific/Apia's lost day, runs a fixed-hour
+        # time once at its end.
+        if self.fixed_hour:
             return (self._gap_end(second, first),)
         return ()
 
@@ -481,7 +510,7 @@ class CronSchedule:
         """The instant of the offset change between ``before`` and ``after``."""
         tz = self._tz
         offset_before = _offset(before, tz)
-        # At most 3 hours apart: about 14 halvings down to the second.
+        # At most 26 hours apart: about 17 halvings down to the second.
         while after - before > _SECOND:
             middle = before + (after - before) / 2
             middle = middle.replace(microsecond=0)

@@ -89,6 +89,15 @@ class InvalidState(TickworkError):
     title = "Transition not allowed"
 
 
+class IdempotencyKeyReused(TickworkError):
+    """An idempotency key already used for a different request (IETF Idempotency-Key
+    draft: 422). The same request again answers the first run."""
+
+    slug = "idempotency-key-reused"
+    status = 422
+    title = "Idempotency key reused"
+
+
 class PayloadTooLarge(TickworkError):
     slug = "payload-too-large"
     status = 413

@@ -16,6 +16,7 @@ from typing import Any, Final, TypeAlias
 import orjson
 
 from tickwork.core import shards
+from tickwork.core import spec as spec_module
 from tickwork.core.spec import JobSpec
 
 # A database row: asyncpg's Record, or any mapping of column names to values.
@@ -88,6 +89,9 @@ class Run:
     last_error: Any
     created_at: datetime
     finished_at: datetime | None
+    # SHA-256 of the enqueue request that made an ad hoc run with an idempotency key:
+    # a second request with the key must be the same request.
+    request_fingerprint: bytes | None = None
 
     @property
     def run_id(self) -> str:
@@ -128,6 +132,7 @@ class Run:
             last_error=decode_json(row["last_error"]),
             created_at=row["created_at"],
             finished_at=row["finished_at"],
+            request_fingerprint=row.get("request_fingerprint"),
         )
 
 
@@ -150,6 +155,7 @@ class NewRun:
     idempotency_key: str | None = None
     payload_json: str | None = None
     concurrency: int = 0  # the job's limit of leased runs; 0: none
+    request_fingerprint: bytes | None = None
 
 
 def decode_json(value: str | None) -> Any:
@@ -314,7 +320,7 @@ class Definition:
             shard=shard,
             tenant=row["tenant"],
             name=row["name"],
-            spec=JobSpec.model_validate(orjson.loads(row["spec"])),
+            spec=JobSpec.model_validate(orjson.loads(row["spec"]), context=spec_module.STORED),
             paused=row["paused"],
             next_due_at=row["next_due_at"],
             missed_dropped=row["missed_dropped"],

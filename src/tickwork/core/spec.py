@@ -4,7 +4,12 @@
 Validation errors carry a stable pydantic error type so adapters can map them to the
 public problem types: ``invalid_schedule`` → 400 ``invalid-schedule``,
 ``payload_too_large`` → 413 ``payload-too-large``, anything else → 400
-``invalid-request``; the location of the error names the field.
+``invalid-request``; the location of the error names the field (``payload_credential``
+errors add the path inside the payload as ``ctx["path"]``).
+
+Input is taken as given, never converted: a number is not a string, a boolean is not a
+number, an instant is an RFC 3339 string (or a datetime from YAML), and fields are
+camelCase when read from the outside (``parse``). What the models emit is unchanged.
 """
 
 from __future__ import annotations
@@ -12,36 +17,64 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import orjson
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from tickwork.core import credentials, fields, limits
 from tickwork.core.cron import CronError, CronSchedule
-
-MAX_PAYLOAD_BYTES: Final = 256 * 1024
-MAX_JITTER_SECONDS: Final = 3600
-MAX_TIMEOUT_SECONDS: Final = 7 * 24 * 3600
-MAX_ATTEMPTS: Final = 100
-MAX_DEADLINE_SECONDS: Final = 366 * 24 * 3600
-MAX_CONCURRENCY: Final = 1_000_000
 
 # DNS-1123: the same rules Kubernetes applies to namespaces (tenants) and object names,
 # so a job declared as a ScheduledJob and one created over HTTP share one namespace.
-_TENANT_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_QUEUE_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?$")
+# Always fullmatch: ``$`` would also match before a final newline.
+_TENANT_RE: Final = re.compile(
+    rf"[a-z0-9](?:[-a-z0-9]{{0,{limits.MAX_TENANT_LENGTH - 2}}}[a-z0-9])?"
+)
+_NAME_RE: Final = re.compile(rf"[a-z0-9](?:[-a-z0-9.]{{0,{limits.MAX_NAME_LENGTH - 2}}}[a-z0-9])?")
+_QUEUE_RE: Final = re.compile(
+    rf"[a-z0-9](?:[-a-z0-9._]{{0,{limits.MAX_QUEUE_LENGTH - 2}}}[a-z0-9])?"
+)
+# RFC 3339 date-time: full date, time with seconds, and an explicit offset (the space
+# separator is RFC 3339's own allowance). Pydantic alone would also read unix
+# timestamps, numeric strings and dates.
+_RFC3339_RE: Final = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+# ``model_validate(document, context=STORED)``: a document this module wrote itself,
+# checked when it was stored; reading it back skips the checks (they cost a cron parse
+# and a payload scan per read) so that a rule added later cannot make old rows
+# unreadable.
+STORED: Final = {"stored": True}
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and info.context.get("stored") is True
+
+
+def shown(text: str, limit: int = 64) -> str:
+    """``text`` for a message: at most ``limit`` characters, quoted."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
 class Priority(enum.StrEnum):
@@ -70,6 +103,8 @@ class MissedRunPolicy(enum.StrEnum):
 
 
 class _Model(BaseModel):
+    # populate_by_name keeps Python code free to write ``JobSpec(timeout_seconds=5)``;
+    # documents from outside go through ``parse``, which reads camelCase only.
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
@@ -79,19 +114,42 @@ class _Model(BaseModel):
     )
 
 
+def is_rfc3339(text: str) -> bool:
+    """An RFC 3339 date-time: full date, time with seconds, an explicit offset."""
+    return _RFC3339_RE.fullmatch(text) is not None
+
+
+def rfc3339(value: Any) -> Any:
+    """Before-validator of instants: a datetime (YAML gives those) or an RFC 3339
+    string; a number or any other text is refused, not read as a unix timestamp."""
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and _RFC3339_RE.fullmatch(value):
+        return value
+    raise PydanticCustomError(
+        "invalid_instant",
+        "expected an RFC 3339 instant with an offset, like 2026-03-15T02:00:00Z",
+    )
+
+
+Instant = Annotated[AwareDatetime, BeforeValidator(rfc3339)]
+
+
 class Schedule(_Model):
     """When a recurring job runs."""
 
-    cron: str = Field(
+    cron: StrictStr = Field(
         description="Five-field cron expression (Vixie semantics; names, ranges, steps, "
         "lists, `L`, `nL`, `n#k`).",
         examples=["0 2 * * *"],
     )
-    time_zone: str = Field(default="UTC", description="IANA time zone the cron fields are read in.")
-    jitter_seconds: int = Field(
+    time_zone: StrictStr = Field(
+        default="UTC", description="IANA time zone the cron fields are read in."
+    )
+    jitter_seconds: StrictInt = Field(
         default=60,
         ge=0,
-        le=MAX_JITTER_SECONDS,
+        le=limits.MAX_JITTER_SECONDS,
         description="Spread runs over this many seconds after the nominal time, by a "
         "stable hash of tenant/name. 0 pins the job to the exact time.",
     )
@@ -100,10 +158,10 @@ class Schedule(_Model):
         description="What to do with fire times missed while the scheduler was down or "
         "the job was paused: one catch-up run, every missed run (capped), or none.",
     )
-    starting_deadline_seconds: int | None = Field(
+    starting_deadline_seconds: StrictInt | None = Field(
         default=None,
         ge=1,
-        le=MAX_DEADLINE_SECONDS,
+        le=limits.MAX_DEADLINE_SECONDS,
         description="A run not started within this many seconds of its nominal time "
         "ends as `skipped`.",
     )
@@ -111,19 +169,22 @@ class Schedule(_Model):
     # Field validators first, so an error names `schedule.cron` or `schedule.timeZone`.
     @field_validator("cron")
     @classmethod
-    def _check_expression(cls, value: str) -> str:
-        _parse(value, "UTC")
+    def _check_expression(cls, value: str, info: ValidationInfo) -> str:
+        if not _stored(info):
+            _parse(value, "UTC")
         return value
 
     @field_validator("time_zone")
     @classmethod
-    def _check_zone(cls, value: str) -> str:
-        _parse("* * * * *", value)
+    def _check_zone(cls, value: str, info: ValidationInfo) -> str:
+        if not _stored(info):
+            _parse("* * * * *", value)
         return value
 
     @model_validator(mode="after")
-    def _check_together(self) -> Schedule:
-        _parse(self.cron, self.time_zone)
+    def _check_together(self, info: ValidationInfo) -> Schedule:
+        if not _stored(info):
+            _parse(self.cron, self.time_zone)
         return self
 
     def compile(self) -> CronSchedule:
@@ -140,17 +201,24 @@ def _parse(expression: str, zone: str) -> CronSchedule:
 class Retry(_Model):
     """How failed attempts are retried (full-jitter exponential backoff)."""
 
-    max_attempts: int = Field(
+    max_attempts: StrictInt = Field(
         default=3,
         ge=1,
-        le=MAX_ATTEMPTS,
+        le=limits.MAX_ATTEMPTS,
         description="Attempts in all, the first included; after the last the run is dead.",
     )
-    base_seconds: float = Field(
-        default=30, ge=0, le=86_400, description="Upper bound of the first retry's delay."
+    # StrictFloat takes integers too (30 is a number of seconds), not strings or booleans.
+    base_seconds: StrictFloat = Field(
+        default=30,
+        ge=0,
+        le=limits.MAX_RETRY_BASE_SECONDS,
+        description="Upper bound of the first retry's delay.",
     )
-    max_seconds: float = Field(
-        default=1800, ge=0, le=7 * 86_400, description="Cap on any retry's delay."
+    max_seconds: StrictFloat = Field(
+        default=1800,
+        ge=0,
+        le=limits.MAX_RETRY_MAX_SECONDS,
+        description="Cap on any retry's delay.",
     )
 
     @model_validator(mode="after")
@@ -174,28 +242,56 @@ def text_problem(text: str) -> str | None:
     return None
 
 
-def json_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be stored as ``jsonb`` exactly as given, or None: NUL or lone
-    surrogates in a string or key, a number outside 64 bits, NaN or an infinity."""
-    pending = [value]
+# A JSON value of N nodes encodes to at least about 2N bytes ("0," per number), so a
+# payload with more nodes than this cannot fit in MAX_PAYLOAD_BYTES; counting stops
+# here, before a YAML alias bomb (shared sub-trees) is walked in full.
+_MAX_NODES: Final = limits.MAX_PAYLOAD_BYTES
+
+
+def _json_problem(value: Any, max_depth: int) -> tuple[str, str] | None:
+    """``(pydantic error type, message)`` for a value that cannot be stored as given."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    nodes = 0
     while pending:
-        item = pending.pop()
+        item, depth = pending.pop()
+        nodes += 1
+        if nodes > _MAX_NODES:
+            return (
+                "payload_too_large",
+                f"more than {_MAX_NODES} values: too many to fit in "
+                f"{limits.MAX_PAYLOAD_BYTES} bytes",
+            )
         if isinstance(item, str):
             problem = text_problem(item)
             if problem is not None:
-                return problem
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
+                return "invalid_payload", problem
+        elif isinstance(item, dict | list):
+            # Also the end of a YAML document that contains itself (``&a [*a]``).
+            if depth >= max_depth:
+                return (
+                    "json_too_deep",
+                    f"JSON nests deeper than {max_depth} levels of arrays and objects",
+                )
+            if isinstance(item, dict):
+                pending.extend((key, depth + 1) for key in item)
+                pending.extend((child, depth + 1) for child in item.values())
+            else:
+                pending.extend((child, depth + 1) for child in item)
         elif isinstance(item, bool) or item is None:
             continue
         elif isinstance(item, int) and not -(2**63) <= item < 2**64:
-            return "numbers must fit in 64 bits"
+            return "invalid_payload", "numbers must fit in 64 bits"
         elif isinstance(item, float) and not math.isfinite(item):
-            return "numbers must be finite"
+            return "invalid_payload", "numbers must be finite"
     return None
+
+
+def json_problem(value: Any, max_depth: int = limits.MAX_JSON_DEPTH) -> str | None:
+    """Why ``value`` cannot be stored as ``jsonb`` exactly as given, or None: NUL or lone
+    surrogates in a string or key, a number outside 64 bits, NaN or an infinity,
+    arrays and objects nested deeper than ``max_depth``, or too many values."""
+    found = _json_problem(value, max_depth)
+    return None if found is None else found[1]
 
 
 def check_instant(value: datetime | None) -> datetime | None:
@@ -214,23 +310,57 @@ def payload_size(payload: Any) -> int:
     return len(orjson.dumps(payload))
 
 
+def check_payload_shape(payload: Any) -> Any:
+    """Before-validator of payloads: refuse values nested too deep or too large to walk,
+    before anything recursive (pydantic, the encoder) sees them."""
+    found = _json_problem(payload, limits.MAX_JSON_DEPTH)
+    if found is not None:
+        raise PydanticCustomError(*found)
+    return payload
+
+
 def check_payload(payload: Any) -> Any:
-    """Refuse payloads the database cannot hold as given (``invalid_payload``) or over
-    256 KiB encoded (``payload_too_large``)."""
-    problem = json_problem(payload)
-    if problem is not None:
-        raise PydanticCustomError("invalid_payload", problem)
+    """Refuse payloads the database cannot hold as given (``invalid_payload``), over
+    256 KiB encoded (``payload_too_large``), or carrying an obvious credential
+    (``payload_credential``, the path inside the payload in ``ctx["path"]``)."""
+    check_payload_shape(payload)
+    return _check_payload_content(payload)
+
+
+def _check_payload_content(payload: Any) -> Any:
     size = payload_size(payload)
-    if size > MAX_PAYLOAD_BYTES:
+    if size > limits.MAX_PAYLOAD_BYTES:
         raise PydanticCustomError(
             "payload_too_large",
             "payload is {size} bytes encoded; the limit is {limit}",
-            {"size": size, "limit": MAX_PAYLOAD_BYTES},
+            {"size": size, "limit": limits.MAX_PAYLOAD_BYTES},
+        )
+    finding = credentials.find(payload)
+    if finding is not None:
+        raise PydanticCustomError(
+            "payload_credential",
+            "{path}: looks like {what}; payloads must not carry secrets: pass a reference "
+            'such as {"secretRef": "name"} and resolve it in the worker',
+            {"path": finding.path, "what": finding.describe(), "detector": finding.detector},
         )
     return payload
 
 
-Payload = Annotated[JsonValue, Field(description="JSON handed to the worker, ≤ 256 KiB encoded.")]
+def payload_validator(payload: Any, info: ValidationInfo) -> Any:
+    """After-validator of payload fields (skipped for documents read back from storage)."""
+    # The Payload type's before-validator has checked the shape already.
+    return payload if _stored(info) else _check_payload_content(payload)
+
+
+def payload_shape_validator(payload: Any, info: ValidationInfo) -> Any:
+    return payload if _stored(info) else check_payload_shape(payload)
+
+
+Payload = Annotated[
+    JsonValue,
+    BeforeValidator(payload_shape_validator),
+    Field(description="JSON handed to the worker, ≤ 256 KiB encoded, no credentials."),
+]
 
 
 class JobSpec(_Model):
@@ -238,26 +368,26 @@ class JobSpec(_Model):
     runs only when a run is enqueued through the API."""
 
     schedule: Schedule | None = Field(default=None, description="Recurring schedule.")
-    run_at: AwareDatetime | None = Field(
-        default=None, description="One-off: run once at this instant."
+    run_at: Instant | None = Field(default=None, description="One-off: run once at this instant.")
+    queue: StrictStr = Field(
+        default="default", description="Queue workers lease this job's runs from."
     )
-    queue: str = Field(default="default", description="Queue workers lease this job's runs from.")
     priority: Priority = Field(default=Priority.default, description="critical, default or bulk.")
-    timeout_seconds: int = Field(
+    timeout_seconds: StrictInt = Field(
         default=3600,
         ge=1,
-        le=MAX_TIMEOUT_SECONDS,
+        le=limits.MAX_TIMEOUT_SECONDS,
         description="Cap on one attempt's total run time, heartbeats included.",
     )
     retry: Retry = Field(default_factory=Retry, description="Retry policy.")
-    concurrency: int = Field(
+    concurrency: StrictInt = Field(
         default=0,
         ge=0,
-        le=MAX_CONCURRENCY,
+        le=limits.MAX_CONCURRENCY,
         description="Max runs leased at once; 0 means unlimited.",
     )
-    paused: bool = Field(default=False, description="A paused job materialises no new runs.")
-    dry_run: bool = Field(
+    paused: StrictBool = Field(default=False, description="A paused job materialises no new runs.")
+    dry_run: StrictBool = Field(
         default=False,
         description="Shadow mode, for running beside an old cron before switching over: "
         "runs are scheduled and leased as usual, but every lease carries `dryRun: true`, "
@@ -279,8 +409,8 @@ class JobSpec(_Model):
 
     @field_validator("payload")
     @classmethod
-    def _check_payload(cls, value: JsonValue) -> JsonValue:
-        return check_payload(value)  # type: ignore[no-any-return]
+    def _check_payload(cls, value: JsonValue, info: ValidationInfo) -> JsonValue:
+        return payload_validator(value, info)  # type: ignore[no-any-return]
 
     @model_validator(mode="after")
     def _one_kind(self) -> JobSpec:
@@ -295,8 +425,55 @@ class JobSpec(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+_Parsed = TypeVar("_Parsed", bound=BaseModel)
+_LOCATION_ROOTS: Final = frozenset({"body", "query", "path", "header"})
+
+
+def error_field(error: Mapping[str, Any]) -> str | None:
+    """The field a pydantic error names, as the contract writes it: ``schedule.cron``,
+    ``runs[3].payload``, ``payload.db.password`` (a credential's place in a payload)."""
+    parts = list(error.get("loc", ()))
+    if parts and parts[0] in _LOCATION_ROOTS:
+        parts = parts[1:]
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text = fields.index(text, part)
+        elif part in ("function-after", "function-before") or "[" in str(part):
+            continue  # pydantic's names for validators and union members
+        else:
+            text = fields.key(text, str(part))
+    context = error.get("ctx") or {}
+    if error.get("type") == "payload_credential" and isinstance(context.get("path"), str):
+        inner = context["path"]
+        text = text + inner if not text or not inner or inner.startswith("[") else f"{text}.{inner}"
+    return text or None
+
+
+def error_message(error: Mapping[str, Any]) -> str:
+    """The message of a pydantic error, without a credential path it already names."""
+    message = str(error.get("msg", "invalid value"))
+    if error.get("type") == "extra_forbidden":
+        location = error.get("loc") or ("",)
+        key = str(location[-1])
+        camel = to_camel(key)
+        if "_" in key and camel != key:
+            return f"unknown field (fields are camelCase: {camel!r}, not {key!r})"
+        return "unknown field"
+    context = error.get("ctx") or {}
+    if error.get("type") == "payload_credential" and isinstance(context.get("path"), str):
+        message = message.removeprefix(context["path"] + ": ")
+    return message
+
+
+def parse(model: type[_Parsed], document: Any) -> _Parsed:
+    """A model from a document given from outside (an API body, a manifest): camelCase
+    field names only, so ``timeout_seconds`` is an unknown field, not an alias."""
+    return model.model_validate(document, by_name=False, by_alias=True)
+
+
 def check_queue(value: str) -> None:
-    if not _QUEUE_RE.match(value):
+    if not _QUEUE_RE.fullmatch(value):
         raise PydanticCustomError(
             "invalid_queue",
             "queue must be 1-63 lowercase letters, digits, '-', '.' or '_', "
@@ -306,16 +483,21 @@ def check_queue(value: str) -> None:
 
 def check_tenant(value: str) -> None:
     """Raise ``ValueError`` unless ``value`` is a DNS-1123 label (a namespace name)."""
-    if not _TENANT_RE.match(value):
-        raise ValueError(f"tenant {value!r} must be a DNS-1123 label (lowercase, ≤ 63 chars)")
+    if not isinstance(value, str) or not _TENANT_RE.fullmatch(value):
+        shown_value = shown(value) if isinstance(value, str) else f"(a {type(value).__name__})"
+        raise ValueError(
+            f"tenant {shown_value} must be a DNS-1123 label (lowercase letters, digits and "
+            f"'-', ≤ {limits.MAX_TENANT_LENGTH} chars)"
+        )
 
 
 def check_name(value: str) -> None:
     """Raise ``ValueError`` unless ``value`` is a DNS-1123 subdomain (an object name)."""
-    if not _NAME_RE.match(value):
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        shown_value = shown(value) if isinstance(value, str) else f"(a {type(value).__name__})"
         raise ValueError(
-            f"job name {value!r} must be a DNS-1123 subdomain (lowercase letters, digits, "
-            "'-' and '.', ≤ 253 chars)"
+            f"job name {shown_value} must be a DNS-1123 subdomain (lowercase letters, digits, "
+            f"'-' and '.', ≤ {limits.MAX_NAME_LENGTH} chars)"
         )
 
 

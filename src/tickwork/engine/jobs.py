@@ -7,17 +7,23 @@ computes the next due time of a definition, and turns an enqueue request into a 
 from __future__ import annotations
 
 import enum
+import hashlib
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
-from tickwork.core.errors import ConcurrencyLimit, InvalidRequest, ManagedByKubernetes
+from tickwork.core.errors import (
+    ConcurrencyLimit,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    ManagedByKubernetes,
+)
 from tickwork.core.records import (
     Attempt,
     Definition,
@@ -102,6 +108,35 @@ class EnqueueRequest:
     priority: Priority | None = None
     idempotency_key: str | None = None
     if_not_running: bool = False
+    # Where the key came from, for the problem that names it.
+    key_field: str = "Idempotency-Key"
+
+    def fingerprint(self) -> bytes:
+        """SHA-256 of the request's canonical form: what it asks for, not how it was
+        spelled (key order, ``+01:00`` or ``Z``, defaults written out or left out)."""
+        canonical: dict[str, Any] = {}
+        if self.run_at is not None:
+            canonical["runAt"] = self.run_at.astimezone(UTC).isoformat()
+        if self.delay_seconds is not None:
+            canonical["delaySeconds"] = float(self.delay_seconds)
+        if self.payload_given:
+            canonical["payload"] = self.payload
+        if self.priority is not None:
+            canonical["priority"] = self.priority.value
+        if self.if_not_running:
+            canonical["ifNotRunning"] = True
+        return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
+
+
+def _same_request(run: Run, request: EnqueueRequest) -> None:
+    """Refuse a known idempotency key used for another request (422)."""
+    # Runs made before fingerprints were kept match any request, as they did then.
+    if run.request_fingerprint is not None and run.request_fingerprint != request.fingerprint():
+        raise IdempotencyKeyReused(
+            f"idempotency key {request.idempotency_key!r} was used for run {run.run_id} with "
+            "a different request; use a new key for a new request",
+            field=request.key_field,
+        )
 
 
 class Jobs:
@@ -240,7 +275,9 @@ class Jobs:
                     runs.RUN_BY_KEY, tenant, name, request.idempotency_key
                 )
                 if existing is not None:
-                    return Run.from_record(shard, existing), False
+                    first = Run.from_record(shard, existing)
+                    _same_request(first, request)
+                    return first, False
             if request.if_not_running:
                 summary = await runs.summary_of_job(conn, shard, tenant, name)
                 limit = definition.spec.concurrency or 1
@@ -256,6 +293,8 @@ class Jobs:
                 await runs.audit(
                     conn, tenant, name, run.id, "enqueue", actor, None, self.clock.now()
                 )
+            else:
+                _same_request(run, request)
             return run, created
 
     def _new_run(self, definition: Definition, request: EnqueueRequest, now: datetime) -> NewRun:
@@ -284,6 +323,9 @@ class Jobs:
             idempotency_key=request.idempotency_key,
             payload_json=None if payload is None else orjson.dumps(payload).decode(),
             concurrency=spec.concurrency,
+            request_fingerprint=(
+                None if request.idempotency_key is None else request.fingerprint()
+            ),
         )
 
     async def run(self, run_id: str) -> tuple[Run, list[Attempt]]:
@@ -320,8 +362,10 @@ class Jobs:
 
     async def enqueue_many(
         self, tenant: str, name: str, requests: Sequence[EnqueueRequest], actor: str
-    ) -> list[tuple[Run, bool]]:
-        """Enqueue many runs of one job in one transaction of its shard."""
+    ) -> list[tuple[Run, bool] | IdempotencyKeyReused]:
+        """Enqueue many runs of one job in one transaction of its shard. An item whose
+        idempotency key was used for another request gets its problem; the others are
+        enqueued."""
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
             definition = await definitions.lock(conn, shard, tenant, name, exclusive=False)
@@ -329,11 +373,19 @@ class Jobs:
                 await definitions.get(conn, shard, tenant, name)  # raises NotFound
                 raise AssertionError("unreachable")
             now = await database_now(conn, self.clock)
-            results = [
-                await runs.insert(conn, shard, self._new_run(definition, r, now), self.clock.now())
-                for r in requests
-            ]
-            created = sum(1 for _, was_created in results if was_created)
+            results: list[tuple[Run, bool] | IdempotencyKeyReused] = []
+            created = 0
+            for request in requests:
+                new = self._new_run(definition, request, now)
+                run, was_created = await runs.insert(conn, shard, new, self.clock.now())
+                created += was_created
+                try:
+                    if not was_created:
+                        _same_request(run, request)
+                except IdempotencyKeyReused as problem:
+                    results.append(problem)
+                    continue
+                results.append((run, was_created))
             if created:
                 await runs.audit(
                     conn, tenant, name, None, "enqueue", actor, {"runs": created}, self.clock.now()

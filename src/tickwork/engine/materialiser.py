@@ -21,7 +21,7 @@ from typing import Final
 
 import asyncpg
 
-from tickwork.core import hashing
+from tickwork.core import hashing, limits
 from tickwork.core.cron import CronSchedule
 from tickwork.core.records import Origin
 from tickwork.core.spec import MissedRunPolicy
@@ -36,7 +36,7 @@ NOW_SQL: Final = "SELECT coalesce($1::timestamptz, now())"
 
 DEFAULT_LOOKAHEAD: Final = timedelta(seconds=60)
 DEFAULT_GRACE: Final = timedelta(seconds=10)
-RUN_ALL_CAP: Final = 100
+RUN_ALL_CAP: Final = limits.MAX_RUN_ALL_CATCH_UP
 # Counting dropped fire times of a very long outage stops here (reported as at least).
 _COUNT_LIMIT: Final = 10_000
 

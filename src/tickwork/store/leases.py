@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar
 import asyncpg
 import orjson
 
-from tickwork.core import backoff, shards
+from tickwork.core import backoff, limits, shards
 from tickwork.core.errors import NotFound, StaleLease, TickworkError
 from tickwork.core.records import (
     UNRESTRICTED,
@@ -48,8 +48,6 @@ SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
 SECONDS_UNTIL_NEXT_DUE: Final = queries.get("seconds_until_next_due")
 RELEASE: Final = queries.get("release")
 
-MAX_BATCH: Final = 100
-MAX_EXTENSION_SECONDS: Final = 6 * 3600
 LEASE_EXPIRED_ERROR: Final = {"message": "lease expired", "reason": "lease-expired"}
 
 
@@ -65,8 +63,8 @@ async def claim(
 ) -> list[Lease]:
     """Lease up to ``limit`` ready runs of ``queues`` (of ``tenant`` only, if given):
     priority first, then oldest ready."""
-    if not 1 <= limit <= MAX_BATCH:
-        raise ValueError(f"limit must be 1..{MAX_BATCH}")
+    if not 1 <= limit <= limits.MAX_LEASE_BATCH:
+        raise ValueError(f"limit must be 1..{limits.MAX_LEASE_BATCH}")
     rows = await conn.fetch(CLAIM, list(queues), limit, worker_id, now, lease_seconds, tenant)
     if any(row["concurrency"] for row in rows):
         rows = await _settle_limits(conn, rows, now)
@@ -148,7 +146,9 @@ async def heartbeat(
     # One statement per distinct extension (workers use one value, so usually one).
     by_extension: dict[float, list[Beat]] = {}
     for beat in beats:
-        seconds = min(max(beat.extend_seconds, 1.0), MAX_EXTENSION_SECONDS)
+        seconds = min(
+            max(beat.extend_seconds, float(limits.MIN_LEASE_SECONDS)), limits.MAX_EXTENSION_SECONDS
+        )
         by_extension.setdefault(seconds, []).append(beat)
     async with conn.transaction():
         for seconds, group in by_extension.items():

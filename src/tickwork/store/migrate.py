@@ -25,8 +25,9 @@ from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
 
-_FILE: Final = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_IDENTIFIER: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# fullmatch, never ``$``: it would also match before a final newline.
+_FILE: Final = re.compile(r"([0-9]{4})_([a-z0-9_]+)\.sql")
+_IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # Any constant works; it only has to be the same in every tickwork process.
 _ADVISORY_LOCK: Final = 0x7469636B776F726B  # "tickwork"
 
@@ -55,7 +56,7 @@ def migrations() -> tuple[Migration, ...]:
     found: list[Migration] = []
     folder = resources.files("tickwork.store").joinpath("migrations")
     for entry in folder.iterdir():
-        match = _FILE.match(entry.name)
+        match = _FILE.fullmatch(entry.name)
         if match is None:
             continue
         found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))
@@ -73,7 +74,7 @@ def latest_version() -> int:
 def _quoted_schema(schema: str) -> str:
     # Identifiers cannot be bound as parameters; the schema name comes from
     # shards.schema_name() and is checked here before it is quoted into DDL.
-    if not _IDENTIFIER.match(schema):
+    if not _IDENTIFIER.fullmatch(schema):
         raise ValueError(f"invalid schema name {schema!r}")
     return f'"{schema}"'
 

@@ -62,6 +62,7 @@ async def insert(
         new.payload_json,
         now,
         new.concurrency,
+        new.request_fingerprint,
     )
     if row is None:
         existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)

@@ -24,10 +24,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from tickwork.core import errors
-
-MAX_BATCH: Final = 100
-"""The most runs one lease, batch heartbeat or batch complete call may carry."""
+from tickwork.core import errors, limits
 
 Outcome = Literal["succeeded", "failed"]
 
@@ -306,13 +303,13 @@ class WorkerClient:
 
     async def heartbeat_many(self, beats: Sequence[Beat]) -> list[Extended | Problem]:
         """``POST /v1/runs:heartbeat``: one result per beat, in order (≤ 100 beats)."""
-        _check_batch(beats)
+        _check_batch(beats, limits.MAX_HEARTBEAT_BATCH)
         answer = await self._post(self._heartbeat_url, {"items": [b.to_json() for b in beats]})
         return [_problem_or(item, _extended) for item in _items(answer, [b.run_id for b in beats])]
 
     async def complete_many(self, completions: Sequence[Completion]) -> list[Completed | Problem]:
         """``POST /v1/runs:complete``: one result per completion, in order (≤ 100)."""
-        _check_batch(completions)
+        _check_batch(completions, limits.MAX_COMPLETE_BATCH)
         answer = await self._post(self._complete_url, {"items": [c.to_json() for c in completions]})
         return [
             _problem_or(item, _completed)
@@ -363,9 +360,9 @@ def _problem_of(status: int, raw: bytes) -> Problem:
         return Problem.unparsed(status, raw.decode(errors="replace"))
 
 
-def _check_batch(items: Sequence[object]) -> None:
-    if not 1 <= len(items) <= MAX_BATCH:
-        raise ValueError(f"a batch holds 1..{MAX_BATCH} items, not {len(items)}")
+def _check_batch(items: Sequence[object], limit: int) -> None:
+    if not 1 <= len(items) <= limit:
+        raise ValueError(f"a batch holds 1..{limit} items, not {len(items)}")
 
 
 def _items(answer: dict[str, Any], run_ids: Sequence[str]) -> list[dict[str, Any]]:

@@ -33,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
+from tickwork.core import limits
 from tickwork.worker.client import (
-    MAX_BATCH,
     ApiError,
     Beat,
     Completed,
@@ -168,10 +168,12 @@ class Worker:
             raise ValueError("queues: give at least one queue to lease from")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if not 1 <= lease_seconds <= 21600:
-            raise ValueError("lease_seconds must be 1..21600")
-        if not 0 <= wait_seconds <= 20:
-            raise ValueError("wait_seconds must be 0..20")
+        if not limits.MIN_LEASE_SECONDS <= lease_seconds <= limits.MAX_LEASE_SECONDS:
+            raise ValueError(
+                f"lease_seconds must be {limits.MIN_LEASE_SECONDS}..{limits.MAX_LEASE_SECONDS}"
+            )
+        if not 0 <= wait_seconds <= limits.MAX_WAIT_SECONDS:
+            raise ValueError(f"wait_seconds must be 0..{limits.MAX_WAIT_SECONDS}")
         self.url = url
         self.queues = list(queues)
         self.concurrency = concurrency
@@ -429,7 +431,7 @@ class Worker:
             call = asyncio.create_task(
                 client.lease(
                     self.queues,
-                    max_runs=min(free, MAX_BATCH),
+                    max_runs=min(free, limits.MAX_LEASE_BATCH),
                     wait_seconds=self.wait_seconds,
                     lease_seconds=self.lease_seconds,
                     worker_id=self.worker_id,
@@ -615,8 +617,9 @@ class Worker:
             waiting = [h for h in self._held.values() if not h.completing]
             due = [h for h in waiting if h.next_beat <= now + slack]
             if due:
-                for start in range(0, len(due), MAX_BATCH):
-                    await self._beat(client, due[start : start + MAX_BATCH], interval, backoff)
+                step = limits.MAX_HEARTBEAT_BATCH
+                for start in range(0, len(due), step):
+                    await self._beat(client, due[start : start + step], interval, backoff)
                 continue
             timeout = None
             if waiting:
@@ -691,8 +694,8 @@ class Worker:
                 await asyncio.sleep(self.complete_window)  # let runs finishing together join
             self._complete_wakeup.clear()
             while self._pending:
-                batch = self._pending[:MAX_BATCH]
-                del self._pending[:MAX_BATCH]
+                batch = self._pending[: limits.MAX_COMPLETE_BATCH]
+                del self._pending[: limits.MAX_COMPLETE_BATCH]
                 for h in batch:
                     h.completing = True
                 try:

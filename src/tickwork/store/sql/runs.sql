@@ -2,18 +2,20 @@
 
 -- name: insert_run
 -- A run whose ready time has come is inserted `ready`, otherwise `scheduled`. A second
--- insert with the same idempotency key inserts nothing (the caller then reads the first).
+-- insert with the same idempotency key inserts nothing (the caller then reads the first
+-- and compares $17, the request's fingerprint, with the one stored).
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
 )
 INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
                   retry_max, timeout_seconds, due_at, ready_at, start_deadline,
-                  idempotency_key, payload, created_at, updated_at, concurrency)
+                  idempotency_key, payload, created_at, updated_at, concurrency,
+                  request_fingerprint)
 SELECT $1, $2, $3, $4,
        CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
        $5, $6, $7, $8, $9,
        coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
-       clock.now, clock.now, $16
+       clock.now, clock.now, $16, $17
 FROM clock
 ON CONFLICT (tenant, job, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *

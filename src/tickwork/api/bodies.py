@@ -1,0 +1,188 @@
+"""Request bodies: JSON read once, bounded in depth, validated without coercion.
+
+Every route reads its body here. A body nesting deeper than ``limits.MAX_BODY_DEPTH``
+is refused naming the field it nests in, before pydantic, the encoder or the database
+(all recursive) see it; a text too deep for the parser itself is scanned for that
+field instead. The worker routes parse with orjson (the hot path); the team routes
+with Python's parser, which keeps what orjson would change or refuse (integers past 64
+bits, which orjson reads as floats; NaN; lone surrogates) for the field validators to
+refuse by name. They then validate with their pydantic model through ``spec.parse``:
+camelCase only, no type coercion, unknown fields refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final, TypeVar
+
+import orjson
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from tickwork.api import problems
+from tickwork.core import limits, spec
+from tickwork.core.errors import InvalidRequest
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+# Tokens of a JSON text that matter for its nesting: strings (whole, so brackets in
+# them do not count), brackets, and the separators that move along a path.
+_TOKEN_RE: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
+# The client-given JSON values inside a body: a path is named down to them.
+_VALUE_FIELDS: Final = frozenset({"payload", "error"})
+
+
+def _field(path: list[str | int]) -> str:
+    """The field a too-deep path is in: down to its payload or error, else its first
+    step (``runs[3].payload``, ``items[0].error``, ``schedule``)."""
+    if not path or isinstance(path[0], int):
+        return "body"
+    cut = 1
+    for index, step in enumerate(path):
+        if step in _VALUE_FIELDS:
+            cut = index + 1
+            break
+    text = ""
+    for step in path[:cut]:
+        if isinstance(step, int):
+            text += f"[{step}]"
+        else:
+            text += ("." if text else "") + step
+    return text or "body"
+
+
+def _too_deep(field: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"{field}: JSON nests deeper than allowed (a payload or error object at most "
+        f"{limits.MAX_JSON_DEPTH} levels, a request body at most {limits.MAX_BODY_DEPTH})",
+        field=field,
+    )
+
+
+def _parsed_depth_path(document: Any, limit: int) -> list[str | int] | None:
+    """The path to the first container deeper than ``limit`` in a parsed document."""
+    pending: list[tuple[Any, list[str | int]]] = [(document, [])]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, dict):
+            if len(path) >= limit:
+                return path
+            pending.extend((child, [*path, key]) for key, child in item.items())
+        elif isinstance(item, list):
+            if len(path) >= limit:
+                return path
+            pending.extend((child, [*path, index]) for index, child in enumerate(item))
+    return None
+
+
+def _raw_depth_path(raw: bytes, limit: int) -> list[str | int] | None:
+    """The same for a text no parser would take (too deep even to parse): a scan of
+    its tokens that stops where the limit is crossed."""
+    path: list[str | int] = []
+    last_string: str | None = None
+    for match in _TOKEN_RE.finditer(raw):
+        token = match.group()
+        if token in (b"{", b"["):
+            if len(path) >= limit:
+                return path
+            path.append(0 if token == b"[" else "")
+        elif token in (b"}", b"]"):
+            if path:
+                path.pop()
+        elif token == b",":
+            if path and isinstance(path[-1], int):
+                path[-1] += 1
+        elif token == b":":
+            if path and isinstance(path[-1], str) and last_string is not None:
+                path[-1] = last_string
+        else:
+            try:
+                last_string = json.loads(token)
+            except ValueError:
+                last_string = None
+    return None
+
+
+def _depth_checked(raw: bytes, document: Any) -> Any:
+    # No document with fewer brackets than the limit can be deeper than it: the common
+    # small body costs two byte counts.
+    if raw.count(b"[") + raw.count(b"{") > limits.MAX_BODY_DEPTH:
+        path = _parsed_depth_path(document, limits.MAX_BODY_DEPTH)
+        if path is not None:
+            raise _too_deep(_field(path))
+    return document
+
+
+def parse(raw: bytes, *, lenient: bool = False) -> Any:
+    """The JSON document of a request body.
+
+    ``lenient``: read it as Python's parser does, NaN and integers of any size
+    included, so that the field validators refuse those naming the field.
+    """
+    try:
+        document = json.loads(raw) if lenient else orjson.loads(raw)
+    except RecursionError:
+        document = None  # too deep for the parser: the scan below names the field
+    except ValueError as error:  # orjson's and json's decode errors, bad UTF-8
+        path = _raw_depth_path(raw, limits.MAX_BODY_DEPTH)
+        if path is not None:
+            raise _too_deep(_field(path)) from None
+        raise InvalidRequest(f"body is not JSON: {error}", field="body") from None
+    else:
+        return _depth_checked(raw, document)
+    path = _raw_depth_path(raw, limits.MAX_BODY_DEPTH)
+    raise _too_deep(_field(path or []))
+
+
+async def document(request: Request, *, lenient: bool = False) -> Any:
+    return parse(await request.body(), lenient=lenient)
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    """The body of a worker route: a JSON object, parsed strictly."""
+    found = await document(request)
+    if not isinstance(found, dict):
+        raise InvalidRequest("body must be a JSON object", field="body")
+    return found
+
+
+def validated(model: type[_Model], value: Any, where: str = "") -> _Model:
+    """``value`` as ``model`` (camelCase only, no coercion), or the problem naming the
+    field, prefixed with ``where`` (``runs[3]``)."""
+    try:
+        return spec.parse(model, value)
+    except ValidationError as error:
+        problem = problems.from_validation(error.errors())
+        if where:
+            if problem.field:
+                problem.detail = f"{where}.{problem.detail}"
+            problem.field = where + ("." + problem.field if problem.field else "")
+        raise problem from None
+
+
+async def model(request: Request, model: type[_Model], *, required: bool) -> _Model | None:
+    """A team route's body as ``model``; None for an empty optional body."""
+    raw = await request.body()
+    if not raw.strip():
+        if required:
+            raise InvalidRequest("a JSON body is required", field="body")
+        return None
+    found = parse(raw, lenient=True)
+    if not isinstance(found, dict):
+        raise InvalidRequest("body must be a JSON object", field="body")
+    return validated(model, found)
+
+
+def openapi(model: type[BaseModel], *, required: bool) -> dict[str, Any]:
+    """``openapi_extra`` documenting a body a route reads itself."""
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {
+                "application/json": {
+                    "schema": model.model_json_schema(ref_template="#/components/schemas/{model}")
+                }
+            },
+        }
+    }
