@@ -38,9 +38,10 @@ class HealthServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
-        port = server.sockets[0].getsockname()[1]
+        # asyncio's or uvloop's server: both list their sockets.
+        sockets = getattr(site._server, "sockets", None)
+        assert sockets
+        port = sockets[0].getsockname()[1]
         self.url = f"http://{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{port}"  # noqa: S104
         return self.url
 

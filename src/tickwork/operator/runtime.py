@@ -198,12 +198,19 @@ class Operator:
                     host=self.settings.health_bind,
                     port=self.settings.health_port,
                 )
-                await self.health.start()
+                url = await self.health.start()
+                logger.info(
+                    "health on %s/healthz and %s/readyz",
+                    url,
+                    url,
+                    extra={"action": "operator-health"},
+                )
             stopping = asyncio.create_task(stop.wait())
             readying = asyncio.create_task(kopf_ready.wait())
             await asyncio.wait({stopping, kopf_running, readying}, return_when="FIRST_COMPLETED")
             if readying.done() and not stop.is_set():
                 self.ready.set()
+                logger.info("watching ScheduledJobs", extra={"action": "operator-ready"})
                 await asyncio.wait({stopping, kopf_running}, return_when="FIRST_COMPLETED")
             readying.cancel()
             stopping.cancel()
