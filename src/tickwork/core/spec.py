@@ -15,6 +15,7 @@ camelCase when read from the outside (``parse``). What the models emit is unchan
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -193,14 +194,21 @@ class Schedule(_Model):
         return self
 
     def compile(self) -> CronSchedule:
-        return CronSchedule.parse(self.cron, self.time_zone)
+        return _parsed(self.cron, self.time_zone)
 
 
 def _parse(expression: str, zone: str) -> CronSchedule:
     try:
-        return CronSchedule.parse(expression, zone)
+        return _parsed(expression, zone)
     except CronError as error:
         raise PydanticCustomError("invalid_schedule", "{reason}", {"reason": str(error)}) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(expression: str, zone: str) -> CronSchedule:
+    """Schedules are immutable: a spec is validated three times per parse (cron, zone,
+    both), and a fleet shares few expressions (the operator's resync parses them all)."""
+    return CronSchedule.parse(expression, zone)
 
 
 class Retry(_Model):

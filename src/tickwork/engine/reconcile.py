@@ -63,8 +63,11 @@ class Reconciler:
         stored = await self.jobs.put(
             job.tenant, job.name, job.spec, self.actor, manager=self.manager
         )
-        key = (job.tenant, job.name)
-        status = (await self.jobs.statuses([key]))[key]
+        if stored.change is Change.created:
+            status = fresh_status(stored.definition)  # no runs yet: nothing to read
+        else:
+            key = (job.tenant, job.name)
+            status = (await self.jobs.statuses([key]))[key]
         return Applied(job, stored.change, stored.definition, status)
 
     async def apply_object(self, document: Mapping[str, Any], source: str) -> Applied:
@@ -97,3 +100,23 @@ class Reconciler:
             if gone is not None:
                 removed.append(gone)
         return removed
+
+
+def fresh_status(definition: Definition) -> JobStatus:
+    """The status of a definition just created: no run exists yet."""
+    return JobStatus(
+        tenant=definition.tenant,
+        name=definition.name,
+        shard=definition.shard,
+        generation=definition.generation,
+        paused=definition.paused,
+        managed_by=definition.managed_by,
+        next_run_time=None if definition.paused else definition.next_due_at,
+        last_schedule_time=None,
+        last_run_state=None,
+        last_successful_time=None,
+        active_runs=0,
+        dead_runs=0,
+        missed_runs_dropped=definition.missed_dropped,
+        missed_caught_up=0,
+    )

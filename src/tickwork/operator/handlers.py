@@ -102,8 +102,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
         info: kopf.ConnectionInfo = await _context(memo).login()
         return info
 
+    # Async, as every handler here: Kopf runs plain functions in a thread pool.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def observe(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def observe(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
         _context(memo).objects.observe(body, deleted=event.get("type") == "DELETED")
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
@@ -159,7 +160,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
         id=admission.HANDLER_ID,
         operations=list(admission.OPERATIONS),
     )
-    def validate(
+    async def validate(
         memo: Any,
         operation: str = "",
         new: kopf.Body | None = None,
