@@ -205,3 +205,15 @@ async def test_an_invalid_edit_keeps_the_last_valid_definition_until_it_is_fixed
     definition = (await jobs.get("default", "nightly-report")).definition
     assert definition.spec.schedule is not None
     assert definition.spec.schedule.time_zone == "Europe/Lisbon"
+
+
+async def test_with_the_webhook_off_the_operator_still_reconciles(
+    cluster_kube: emulator.Emulator,
+    operator_for: OperatorFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with operator_for(webhook=None):
+        await cluster_kube.create(example("hello"))
+        await cluster_kube.wait_for("sj", "hello", observed(1), namespace="default")
+    assert cluster_kube.get("validatingwebhookconfigurations", CONFIGURATION) is None
+    assert "Admission handlers exist" not in caplog.text

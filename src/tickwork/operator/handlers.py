@@ -94,8 +94,9 @@ def _source(body: Mapping[str, Any]) -> str:
     return f"ScheduledJob {meta.get('namespace')}/{meta.get('name')}"
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
-    """Register every handler of the operator on ``registry``."""
+def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True) -> None:
+    """Register every handler of the operator on ``registry`` (the validating one only
+    with a webhook server to serve it: Kopf refuses to run one without)."""
 
     @kopf.on.login(registry=registry)
     async def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
@@ -151,6 +152,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
                 removed.cancel_requested,
                 extra={"action": "operator-delete"},
             )
+
+    if not admission_webhook:
+        return
 
     @kopf.on.validate(
         GROUP,

@@ -127,9 +127,9 @@ class Operator:
             now=now or (lambda: datetime.now(UTC)),
             store_retry_seconds=self.settings.store_retry_seconds,
         )
-        self.registry = kopf.OperatorRegistry()
-        handlers.register(self.registry)
         webhook = self.settings.webhook
+        self.registry = kopf.OperatorRegistry()
+        handlers.register(self.registry, admission_webhook=webhook is not None)
         self.webhook: ManagedWebhook | None = None
         if webhook is not None:
             self.webhook = ManagedWebhook(
