@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test lint unit bench e2e crds clean
+.PHONY: help install run test lint unit bench soak e2e crds clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -24,8 +24,8 @@ run: $(STAMP) ## run tickwork dev on an embedded PostgreSQL with the examples an
 	$(BIN)/tickwork dev --manifests examples/jobs --demo-worker
 
 lint: $(STAMP) ## ruff, mypy --strict and the import-linter layers
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests soak
+	$(BIN)/ruff format --check src tests soak
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
 
@@ -39,6 +39,9 @@ crds: $(STAMP) ## regenerate crds/scheduledjob.yaml from the JobSpec model
 
 bench: $(STAMP) ## throughput benchmarks (prints a table)
 	$(BIN)/python -m bench
+
+soak: $(STAMP) ## minutes of random faults under load (kill -9, SIGSTOP, crashes, partitions); checks nothing is lost
+	$(BIN)/python -m soak $(SOAK_ARGS)
 
 e2e: $(STAMP) ## end-to-end tests on a kind cluster (needs Docker)
 	e2e/run.sh

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -95,3 +96,44 @@ async def test_a_migrated_shard_keeps_its_first_attempts_out_of_the_default_part
     with caplog.at_level(logging.INFO):
         await Scheduler(database, clock=clock).pass_once()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_concurrent_maintenance_of_one_shard_takes_turns(database: Database) -> None:
+    """Schedulers starting together on a fresh database all maintain the partitions:
+    each new day is created exactly once and nobody fails (it raised
+    DuplicateTableError before)."""
+    shard = 0
+    connections = [await database.pool(shard).acquire() for _ in range(4)]
+    try:
+        for round_number in range(3):
+            now = DAY + timedelta(days=10 * round_number)
+            results = await asyncio.gather(
+                *(retention.ensure_partitions(conn, now) for conn in connections),
+                return_exceptions=True,
+            )
+            assert not [r for r in results if isinstance(r, BaseException)], results
+            created = [name for names in results for name in names]  # type: ignore[union-attr]
+            day = now.date()
+            expected = {retention.partition_name(day + timedelta(days=n)) for n in range(4)}
+            assert sorted(created) == sorted(expected)  # each made once, by one of them
+        expired = await asyncio.gather(
+            *(
+                retention.drop_expired(conn, DAY + timedelta(days=45), retention_days=30)
+                for conn in connections
+            )
+        )
+        # Past the retention (cut-off: day 15): the days of the first two rounds.
+        assert sorted(name for names in expired for name in names) == sorted(
+            retention.partition_name(DAY.date() + timedelta(days=d))
+            for d in (0, 1, 2, 3, 10, 11, 12, 13)
+        )
+    finally:
+        for conn in connections:
+            await database.pool(shard).release(conn)
+
+
+def test_partition_names_are_checked_before_they_reach_ddl() -> None:
+    assert retention._checked("attempts_20260510") == "attempts_20260510"
+    for name in ('attempts_2026051"; DROP TABLE runs; --', "runs", "attempts_default"):
+        with pytest.raises(ValueError, match="not an attempts partition name"):
+            retention._checked(name)

@@ -11,7 +11,16 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwork import __version__
-from tickwork.api import audit_routes, jobs_routes, ops_routes, problems, render, worker_routes
+from tickwork.api import (
+    audit_routes,
+    auth,
+    edge,
+    jobs_routes,
+    ops_routes,
+    problems,
+    render,
+    worker_routes,
+)
 from tickwork.api.services import Services
 from tickwork.core.errors import PayloadTooLarge
 
@@ -152,5 +161,9 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(worker_routes.router)
     app.include_router(jobs_routes.router)
     app.include_router(audit_routes.router)
+    # Outermost last: the body deadline, then authentication (before any body is read),
+    # then the body size limit.
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
+    app.add_middleware(auth.Authenticate, authenticator=services.authenticator)
+    app.add_middleware(edge.BodyDeadline, seconds=services.settings.body_timeout_seconds)
     return app

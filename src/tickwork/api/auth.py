@@ -15,13 +15,16 @@ import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
 
-from tickwork.core.errors import Forbidden, InvalidRequest, Unauthenticated
+from tickwork.api import problems
+from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError, Unauthenticated
 from tickwork.core.records import Scope
 from tickwork.core.spec import check_queue, check_tenant
 
@@ -222,3 +225,42 @@ class FirstMatch:
             if principal is not None:
                 return principal
         return None
+
+
+# Open to anyone: probes must work without a token.
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
+# Where ``Authenticate`` leaves the caller, in the request's state.
+PRINCIPAL: Final = "principal"
+
+
+def authorization_header(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The one ``Authorization`` header of a request; two or more are refused (proxies
+    and servers disagree on which one counts)."""
+    values = [value for name, value in headers if name == b"authorization"]
+    if len(values) > 1:
+        raise InvalidRequest("give one Authorization header, not several", field="Authorization")
+    return values[0].decode("latin-1") if values else None
+
+
+class Authenticate:
+    """ASGI middleware: every call but ``PUBLIC_PATHS`` is authenticated from its
+    headers before anything reads its body, so a caller without a valid token learns
+    nothing about the body it sent and cannot make the server wait for one. The
+    principal is left in the request's state for the routes."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self.app = app
+        self.authenticator = authenticator
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        try:
+            header = authorization_header(scope.get("headers", ()))
+            caller = await authenticate_header(self.authenticator, header)
+        except TickworkError as error:
+            await problems.response(error)(scope, receive, send)
+            return
+        scope.setdefault("state", {})[PRINCIPAL] = caller
+        await self.app(scope, receive, send)

@@ -19,8 +19,11 @@ from tickwork.core.errors import (
     NotFound,
     PayloadTooLarge,
     QuotaExceeded,
+    ServerBusy,
+    StoreUnavailable,
     TickworkError,
 )
+from tickwork.store import outages
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +36,30 @@ class MethodNotAllowed(TickworkError):
     title = "Method not allowed"
 
 
+# Seconds a client is asked to wait before repeating a call the store could not serve.
+STORE_RETRY_AFTER: Final = 1.0
+
+
+def headers_of(error: TickworkError) -> dict[str, str]:
+    if isinstance(error, QuotaExceeded | StoreUnavailable | ServerBusy):
+        return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
+    return {}
+
+
 def response(error: TickworkError) -> Response:
-    headers = None
-    if isinstance(error, QuotaExceeded):
-        headers = {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     return Response(
-        render.dumps(render.problem(error)), error.status, headers=headers, media_type=MEDIA_TYPE
+        render.dumps(render.problem(error)),
+        error.status,
+        headers=headers_of(error) or None,
+        media_type=MEDIA_TYPE,
+    )
+
+
+def store_unavailable(error: BaseException) -> StoreUnavailable:
+    """The problem for a store outage; the detail names the failure, not the DSN."""
+    return StoreUnavailable(
+        f"the database is unavailable ({outages.describe(error)}); try again shortly",
+        retry_after=STORE_RETRY_AFTER,
     )
 
 
@@ -87,7 +108,23 @@ def install(app: FastAPI) -> None:
         logger.exception("unhandled error", extra={"action": "internal-error"})
         return response(TickworkError("internal error; see the server log"))
 
+    async def outage(request: Request, error: Exception) -> Response:
+        if not outages.is_outage(error):
+            return await unexpected(request, error)
+        logger.warning(
+            "%s %s: store unavailable: %s",
+            request.method,
+            request.url.path,
+            outages.describe(error),
+            extra={"action": "store-unavailable"},
+        )
+        return response(store_unavailable(error))
+
     app.add_exception_handler(TickworkError, tickwork_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    # Registered by class, these are answered by the exception middleware like any
+    # problem (the catch-all below answers too, but then drops the connection).
+    for candidate in outages.CANDIDATES:
+        app.add_exception_handler(candidate, outage)
     app.add_exception_handler(Exception, unexpected)

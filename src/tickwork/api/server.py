@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
+from tickwork.api import edge
+
 
 class CannotListen(Exception):
     """The API's address cannot be bound; ``str()`` says why, in one line."""
@@ -26,7 +28,7 @@ class PortInUse(CannotListen):
         super().__init__(host, port, "the port is in use")
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, backlog: int = edge.EdgeLimits.backlog) -> socket.socket:
     """Bind and listen on ``host:port`` now, so a role can say "port in use" before it
     starts anything else (uvicorn would log the error and exit the process)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -34,7 +36,7 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(2048)
+        sock.listen(backlog)
     except OSError as error:
         sock.close()
         if error.errno == errno.EADDRINUSE:
@@ -59,7 +61,10 @@ class HttpServer:
         host: str = "127.0.0.1",
         port: int = 8080,
         sock: socket.socket | None = None,
+        limits: edge.EdgeLimits | None = None,
     ) -> None:
+        limits = limits or edge.EdgeLimits()
+        self.limits = limits
         self._server = _QuietServer(
             uvicorn.Config(
                 app,
@@ -69,6 +74,14 @@ class HttpServer:
                 lifespan="on",
                 access_log=False,
                 timeout_graceful_shutdown=10,
+                # httptools, guarded: uvicorn alone bounds neither the time a request
+                # may take to arrive nor the size of its headers (see api/edge.py).
+                # The guard caps connections itself, at accept time, rather than with
+                # limit_concurrency, which answers only once headers have arrived.
+                http=edge.protocol(limits),
+                ws="none",  # no WebSocket routes: refuse upgrades rather than hand off
+                backlog=limits.backlog,
+                timeout_keep_alive=limits.keep_alive_seconds,
             )
         )
         self._task: asyncio.Task[None] | None = None
@@ -89,7 +102,7 @@ class HttpServer:
     async def start(self) -> str:
         """Serve in the background; return the URL once the socket is listening.
         ``PortInUse`` (a ``CannotListen``) when the address is taken."""
-        sock = self._sock or listen(self.host, self._port)
+        sock = self._sock or listen(self.host, self._port, self.limits.backlog)
         self._sock = None  # the server closes it when it stops
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tickwork.api.auth import Authenticator, Principal, authenticate_header
+from tickwork.api.auth import PRINCIPAL, Authenticator, Principal
 from tickwork.core import limits
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.jobs import Jobs
@@ -30,6 +30,10 @@ class ApiSettings:
     # Enqueues per tenant per API process: a sustained rate and the burst above it.
     enqueue_rate: float = 1000.0
     enqueue_burst: float = 5000.0
+    # /readyz answers within this many seconds even when a shard's link hangs.
+    readiness_timeout_seconds: float = 1.0
+    # A request body must have arrived whole this many seconds after its headers.
+    body_timeout_seconds: float = limits.BODY_READ_TIMEOUT_SECONDS
 
 
 @dataclass
@@ -53,14 +57,19 @@ def services(request: Request) -> Services:
     return found
 
 
-# Declares the bearer scheme in the OpenAPI document; the header is checked below.
+# Declares the bearer scheme in the OpenAPI document; auth.Authenticate checks it.
 _bearer = HTTPBearer(auto_error=False, description="A tickwork token.")
+
+
+def caller(request: Request) -> Principal:
+    """Who is calling: ``auth.Authenticate`` authenticated the request before any
+    route saw it."""
+    found: Principal = request.scope["state"][PRINCIPAL]
+    return found
 
 
 async def principal(
     request: Request,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    return await authenticate_header(
-        services(request).authenticator, request.headers.get("authorization")
-    )
+    return caller(request)

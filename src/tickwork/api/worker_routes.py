@@ -19,8 +19,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from tickwork.api import bodies, models, render, responses
-from tickwork.api.auth import Principal, Role, authenticate_header
-from tickwork.api.services import Services, services
+from tickwork.api.auth import Principal, Role
+from tickwork.api.services import Services, caller, services
 from tickwork.core import fields, limits
 from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError
 from tickwork.core.records import Completed, Extended, Lease, Outcome
@@ -57,11 +57,10 @@ _problems: dict[int | str, dict[str, Any]] = {
 
 
 async def _worker(request: Request) -> tuple[Services, Principal]:
-    svc = services(request)
-    caller = await authenticate_header(svc.authenticator, request.headers.get("authorization"))
-    if caller.role is Role.team:
+    who = caller(request)
+    if who.role is Role.team:
         raise Forbidden("this call needs a worker token")
-    return svc, caller
+    return services(request), who
 
 
 def _number(

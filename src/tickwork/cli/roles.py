@@ -9,6 +9,7 @@ import click
 
 from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
+from tickwork.api.edge import EdgeLimits
 from tickwork.api.server import HttpServer
 from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
@@ -77,6 +78,15 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
     required=True,
     help="YAML list of {token, tenant, role, queues}. [env TICKWORK_TOKENS_FILE]",
 )
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    envvar="TICKWORK_MAX_CONNECTIONS",
+    default=EdgeLimits.max_connections,
+    show_default=True,
+    help="Open HTTP connections this process accepts; over it: 503 server-busy. "
+    "[env TICKWORK_MAX_CONNECTIONS]",
+)
 @options.quota_options
 def dispatcher(
     database_urls: tuple[str, ...],
@@ -84,6 +94,7 @@ def dispatcher(
     host: str,
     port: int,
     tokens_file: Path,
+    max_connections: int,
     enqueue_rate: float,
     enqueue_burst: float,
 ) -> None:
@@ -103,7 +114,8 @@ def dispatcher(
             async with Database(shard_map) as database:
                 settings = ApiSettings(enqueue_rate=enqueue_rate, enqueue_burst=enqueue_burst)
                 services = runtime.api_services(database, tokens, Metrics(), settings)
-                server = HttpServer(create_app(services), host, sock=listener)
+                limits = EdgeLimits(max_connections=max_connections)
+                server = HttpServer(create_app(services), host, sock=listener, limits=limits)
                 click.echo(f"tickwork API on {await server.start()}")
                 await stop.wait()
                 await server.stop()

@@ -120,3 +120,45 @@ class SchemaMismatch(TickworkError):
     slug = "schema-mismatch"
     status = 503
     title = "Shard schema mismatch"
+
+
+class StoreUnavailable(TickworkError):
+    """A shard's database cannot be reached now (restarting, link reset or hung).
+
+    A write cut off this way may or may not have been committed: repeat it after
+    ``retry_after`` seconds the idempotent way (the same fencing token for a
+    completion, the same ``Idempotency-Key`` for an enqueue)."""
+
+    slug = "store-unavailable"
+    status = 503
+    title = "Store unavailable"
+
+    def __init__(self, detail: str, *, retry_after: float = 1.0, field: str | None = None) -> None:
+        super().__init__(detail, field=field)
+        self.retry_after = retry_after
+
+
+class RequestTimeout(TickworkError):
+    """The request did not arrive in time (headers or body sent too slowly)."""
+
+    slug = "request-timeout"
+    status = 408
+    title = "Request timeout"
+
+
+class HeadersTooLarge(TickworkError):
+    slug = "headers-too-large"
+    status = 431
+    title = "Request header fields too large"
+
+
+class ServerBusy(TickworkError):
+    """The server holds as many connections as it accepts; try again shortly."""
+
+    slug = "server-busy"
+    status = 503
+    title = "Server busy"
+
+    def __init__(self, detail: str, *, retry_after: float = 1.0, field: str | None = None) -> None:
+        super().__init__(detail, field=field)
+        self.retry_after = retry_after

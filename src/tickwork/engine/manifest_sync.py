@@ -32,6 +32,7 @@ from tickwork.engine import manifests
 from tickwork.engine.jobs import Change, Jobs
 from tickwork.engine.manifests import JobKey, ScheduledJob
 from tickwork.engine.reconcile import Reconciler
+from tickwork.store import outages
 
 logger = logging.getLogger("tickwork.manifests")
 
@@ -52,6 +53,8 @@ class ManifestSync:
         # What is in the store, as this process last wrote it, and the file it came from.
         self._applied: dict[JobKey, _Applied] = {}
         self._pruned = False
+        # Test signal: set once the watch is looking at the folder.
+        self.watching = asyncio.Event()
 
     @property
     def known(self) -> dict[JobKey, ScheduledJob]:
@@ -110,16 +113,39 @@ class ManifestSync:
                 )
             self._pruned = True
 
-    async def watch(self, stop: asyncio.Event) -> None:
+    async def watch(self, stop: asyncio.Event, retry_seconds: float = 2.0) -> None:
+        """Sync on every change until ``stop``. A sync cut short by a store outage is
+        tried again every ``retry_seconds`` until it goes through, changes or not."""
         from watchfiles import awatch
 
-        async for _changes in awatch(self.folder, stop_event=stop, debounce=300):
-            try:
-                await self.sync()
-            except Exception:
-                # The store may be away for a moment; the next change syncs again, and
-                # what was applied so far is recorded job by job.
+        pending = False
+        async for changes in awatch(
+            self.folder,
+            stop_event=stop,
+            debounce=300,
+            rust_timeout=max(1, round(retry_seconds * 1000)),
+            yield_on_timeout=True,
+        ):
+            self.watching.set()
+            if changes or pending:
+                pending = not await self._try_sync()
+
+    async def _try_sync(self) -> bool:
+        """One sync; False when the store was unavailable (worth another try). What
+        was applied before it stopped is recorded job by job."""
+        try:
+            await self.sync()
+        except Exception as error:
+            if not outages.is_outage(error):
                 logger.exception(
                     "manifest sync failed; it runs again at the next change",
                     extra={"action": "manifest-sync-error"},
                 )
+                return True
+            logger.warning(
+                "manifest sync postponed, the store is unavailable: %s",
+                outages.describe(error),
+                extra={"action": "manifest-retry"},
+            )
+            return False
+        return True

@@ -51,6 +51,13 @@ class Metrics:
             ["step"],
             registry=self.registry,
         )
+        self.scheduler_errors = Counter(
+            "tickwork_scheduler_errors",
+            "Scheduler passes over a shard that failed: outage (database restarting, link "
+            "reset or hung) or error (anything else).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "tickwork_http_requests",
             "HTTP requests answered, by route and status.",

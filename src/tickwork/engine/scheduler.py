@@ -2,6 +2,10 @@
 cron runs, flip due runs to ``ready``, skip runs past their starting deadline and reap
 expired leases. Each step is one single-shard transaction and idempotent, so a new
 owner after a failover simply runs them again.
+
+Shards are independent: a pass works on them concurrently, and a shard that fails
+(PostgreSQL restarting, a link reset or hung) is logged, backed off and retried on its
+own while the others keep their pace. Nothing a shard does ends the loop.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tickwork.core import backoff
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.engine import materialiser
 from tickwork.engine.metrics import Metrics
-from tickwork.store import leases, retention
+from tickwork.store import leases, outages, retention
 from tickwork.store.database import Connection, Database
 
 logger = logging.getLogger(__name__)
@@ -53,6 +58,8 @@ class Scheduler:
         metrics: Metrics | None = None,
         retention_days: int = retention.DEFAULT_RETENTION_DAYS,
         maintenance_interval: float = 3600.0,
+        retry_base_seconds: float = 0.25,
+        retry_max_seconds: float = 5.0,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
@@ -63,7 +70,13 @@ class Scheduler:
         self.metrics = metrics
         self.retention_days = retention_days
         self.maintenance_interval = maintenance_interval
+        self.retry_base_seconds = retry_base_seconds
+        self.retry_max_seconds = retry_max_seconds
         self._maintained: dict[int, float] = {}
+        # Per failing shard: consecutive failures, and the loop time of its next try.
+        self._failures: dict[int, int] = {}
+        self._retry_at: dict[int, float] = {}
+        self._rng = rng or random.Random()
         # Test signal: set after every full pass over the owned shards.
         self.passed = asyncio.Event()
         self.passes = 0
@@ -106,10 +119,11 @@ class Scheduler:
         last = self._maintained.get(shard)
         if last is not None and moment - last < self.maintenance_interval:
             return
-        self._maintained[shard] = moment
         now = self.clock.now()
         created = await retention.ensure_partitions(conn, now)
         dropped = await retention.drop_expired(conn, now, self.retention_days)
+        # Only once it worked: a pass cut short by an outage tries again next pass.
+        self._maintained[shard] = moment
         if created or dropped:
             logger.info(
                 "shard %d: attempt partitions created %s, dropped %s",
@@ -120,27 +134,71 @@ class Scheduler:
             )
 
     async def pass_once(self) -> list[TickReport]:
-        reports = []
-        for shard in self.shards:
-            try:
-                reports.append(await self.tick(shard))
-            except (TimeoutError, OSError) as error:
-                # One unreachable shard must not stop the others.
-                logger.warning(
-                    "shard unreachable: %s",
-                    error,
-                    extra={"action": "scheduler-error", "shard": shard},
-                )
+        """One pass over the owned shards that are not backing off; never raises for a
+        shard's failure (it is logged, and the shard retried after a backoff)."""
+        moment = asyncio.get_running_loop().time()
+        due = [s for s in self.shards if self._retry_at.get(s, moment) <= moment]
+        results = await asyncio.gather(*(self._guarded_tick(shard) for shard in due))
         self.passes += 1
         self.passed.set()
-        return reports
+        return [report for report in results if report is not None]
+
+    async def _guarded_tick(self, shard: int) -> TickReport | None:
+        try:
+            report = await self.tick(shard)
+        except Exception as error:
+            self._failed(shard, error)
+            return None
+        failures = self._failures.pop(shard, 0)
+        self._retry_at.pop(shard, None)
+        if failures:
+            logger.info(
+                "shard %d is reachable again after %d failed pass(es)",
+                shard,
+                failures,
+                extra={"action": "scheduler-recovered", "shard": shard},
+            )
+        return report
+
+    def _failed(self, shard: int, error: Exception) -> None:
+        failures = self._failures.get(shard, 0) + 1
+        self._failures[shard] = failures
+        ceiling = backoff.ceiling(failures, self.retry_base_seconds, self.retry_max_seconds)
+        delay = self._rng.uniform(ceiling / 2, ceiling)
+        self._retry_at[shard] = asyncio.get_running_loop().time() + delay
+        outage = outages.is_outage(error)
+        if self.metrics is not None:
+            self.metrics.scheduler_errors.labels("outage" if outage else "error").inc()
+        if outage:
+            logger.warning(
+                "shard %d unavailable (%s); retry %d in %.2fs",
+                shard,
+                outages.describe(error),
+                failures,
+                delay,
+                extra={"action": "scheduler-error", "shard": shard},
+            )
+        else:
+            # Not an outage: a bug or bad data. Say so loudly, but keep the other
+            # shards (and this one, after the backoff) going.
+            logger.error(
+                "shard %d pass failed; retry %d in %.2fs",
+                shard,
+                failures,
+                delay,
+                exc_info=error,
+                extra={"action": "scheduler-error", "shard": shard},
+            )
 
     def _pause(self, reports: Sequence[TickReport]) -> float:
         """Until the next pass: the interval, or sooner when a waiting run falls due
-        before it (so a run is ready within milliseconds of its time, not a second)."""
+        before it (so a run is ready within milliseconds of its time, not a second), or
+        when a failing shard's backoff ends."""
         upcoming = [r.next_due_in for r in reports if r.next_due_in is not None]
+        moment = asyncio.get_running_loop().time()
+        retries = [at - moment for at in self._retry_at.values()]
         # A floor keeps a run held by a slow transaction from turning this into a spin.
-        return max(0.01, min([self.interval, *upcoming]))
+        return max(0.01, min([self.interval, *upcoming, *retries]))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pass over the shards every ``interval`` seconds until ``stop`` is set."""

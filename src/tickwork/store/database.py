@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from tickwork.core.shards import Shard, ShardMap
+from tickwork.store import outages
 
 # Store functions accept a plain connection or one checked out of a pool.
 Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
@@ -20,9 +21,25 @@ Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
 
 @dataclass(frozen=True)
 class PoolSettings:
-    min_size: int = 1
+    """Bounds on every database call, so a hung link costs a timely error (the API
+    answers 503, loops back off) rather than a hang.
+
+    ``min_size`` is 0: opening the pools makes no connection, so a role starts while
+    its database is down and connects once it is back.
+    """
+
+    min_size: int = 0
     max_size: int = 4
-    command_timeout: float = 30.0
+    # Seconds for one statement; the longest healthy ones take milliseconds.
+    command_timeout: float = 10.0
+    # Seconds to wait for a free pooled connection, and to open a new one.
+    acquire_timeout: float = 5.0
+    connect_timeout: float = 5.0
+
+
+# The server ends a session left idle inside a transaction (its client partitioned or
+# hung mid-transaction), so the rows it locked do not stay locked until TCP gives up.
+IDLE_IN_TRANSACTION_TIMEOUT: Final = "60s"
 
 
 def server_settings(shard: Shard) -> dict[str, str]:
@@ -30,12 +47,17 @@ def server_settings(shard: Shard) -> dict[str, str]:
     return {
         "search_path": shard.schema,
         "application_name": f"tickwork-shard-{shard.number}",
+        "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT,
     }
 
 
-async def connect(shard: Shard) -> asyncpg.Connection:
+async def connect(
+    shard: Shard, connect_timeout: float = PoolSettings.connect_timeout
+) -> asyncpg.Connection:
     """A single connection to ``shard`` (for migrations, listeners and tests)."""
-    return await asyncpg.connect(shard.dsn, server_settings=server_settings(shard))
+    return await asyncpg.connect(
+        shard.dsn, server_settings=server_settings(shard), timeout=connect_timeout
+    )
 
 
 class Database:
@@ -57,6 +79,7 @@ class Database:
                         min_size=settings.min_size,
                         max_size=settings.max_size,
                         command_timeout=settings.command_timeout,
+                        timeout=settings.connect_timeout,
                     )
                     for shard in self.shard_map.shards
                 )
@@ -64,8 +87,19 @@ class Database:
         )
 
     async def close(self) -> None:
+        """Close every pool gracefully, or, when a shard does not answer within the
+        statement timeout (a hung link), drop its connections."""
         pools, self._pools = self._pools, []
-        await asyncio.gather(*(pool.close() for pool in pools))
+
+        async def close(pool: asyncpg.Pool) -> None:
+            try:
+                await asyncio.wait_for(pool.close(), self.settings.command_timeout)
+            except Exception as error:
+                if not outages.is_outage(error):
+                    raise
+                pool.terminate()
+
+        await asyncio.gather(*(close(pool) for pool in pools))
 
     async def __aenter__(self) -> Database:
         await self.open()
@@ -88,10 +122,12 @@ class Database:
 
     @asynccontextmanager
     async def connection(self, shard: int) -> AsyncIterator[Connection]:
-        async with self._pools[shard].acquire() as conn:
+        timeout = self.settings.acquire_timeout
+        async with self._pools[shard].acquire(timeout=timeout) as conn:
             yield conn
 
     @asynccontextmanager
     async def transaction(self, shard: int) -> AsyncIterator[Connection]:
-        async with self._pools[shard].acquire() as conn, conn.transaction():
+        timeout = self.settings.acquire_timeout
+        async with self._pools[shard].acquire(timeout=timeout) as conn, conn.transaction():
             yield conn

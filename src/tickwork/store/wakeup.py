@@ -15,7 +15,7 @@ from typing import Final
 import asyncpg
 
 from tickwork.core.shards import ShardMap
-from tickwork.store import database
+from tickwork.store import database, outages
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +40,34 @@ class Waiter:
 
 
 class ReadySignal:
-    """Listens on every shard and wakes the waiters of the notified queues."""
+    """Listens on every shard and wakes the waiters of the notified queues.
 
-    def __init__(self, shard_map: ShardMap, reconnect_delay: float = 1.0) -> None:
+    A listening connection that breaks (PostgreSQL restarting, the link reset) or stops
+    answering its keep-alive probe (a hung link) is replaced, with a backoff; the
+    waiters are woken each time it is back, since notifications sent meanwhile are lost.
+    Long-polls look at the database every few seconds anyway, so an outage of the
+    listener delays them at most that long.
+    """
+
+    def __init__(
+        self,
+        shard_map: ShardMap,
+        reconnect_delay: float = 1.0,
+        *,
+        probe_interval: float = 5.0,
+        probe_timeout: float = 2.0,
+        max_reconnect_delay: float = 5.0,
+    ) -> None:
         self.shard_map = shard_map
         self.reconnect_delay = reconnect_delay
+        self.max_reconnect_delay = max(reconnect_delay, max_reconnect_delay)
+        self.probe_interval = probe_interval
+        self.probe_timeout = probe_timeout
         self._waiters: dict[str, set[Waiter]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._connections: list[asyncpg.Connection] = []
         self.listening = asyncio.Event()
+        # Shards whose listening connection is up now (a test and health signal).
+        self.connected: set[int] = set()
 
     async def start(self) -> None:
         ready = [asyncio.Event() for _ in self.shard_map.shards]
@@ -97,6 +116,7 @@ class ReadySignal:
 
     async def _listen(self, shard_number: int, ready: asyncio.Event) -> None:
         shard = self.shard_map[shard_number]
+        failures = 0
         while True:
             conn: asyncpg.Connection | None = None
             try:
@@ -104,22 +124,44 @@ class ReadySignal:
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._on_notification)
+                self.connected.add(shard_number)
                 ready.set()
+                if failures:
+                    logger.info(
+                        "listening again for ready runs",
+                        extra={"action": "listen-recovered", "shard": shard_number},
+                    )
+                failures = 0
                 # Whatever was notified while we were not listening: look again.
                 self.wake_all()
-                await lost.wait()
+                await self._until_lost(conn, lost)
                 logger.warning(
                     "lost the notification connection",
                     extra={"action": "listen-lost", "shard": shard_number},
                 )
-            except (OSError, asyncpg.PostgresError) as error:
-                logger.warning(
+            except Exception as error:
+                failures += 1
+                logger.log(
+                    logging.WARNING if outages.is_outage(error) else logging.ERROR,
                     "cannot listen for ready runs: %s",
-                    error,
+                    outages.describe(error),
                     extra={"action": "listen-error", "shard": shard_number},
                 )
                 ready.set()  # do not hold up start-up; waiters still time out and retry
             finally:
+                self.connected.discard(shard_number)
                 if conn is not None and not conn.is_closed():
-                    await conn.close()
-            await asyncio.sleep(self.reconnect_delay)
+                    # A hung link must not hang the listener too: give up on the close.
+                    conn.terminate()
+            delay = min(self.max_reconnect_delay, self.reconnect_delay * 2 ** max(0, failures - 1))
+            await asyncio.sleep(delay)
+
+    async def _until_lost(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
+        """Return when the connection ends, or when it stops answering a probe."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lost.wait(), self.probe_interval)
+            if lost.is_set():
+                return
+            # A hung link sends no termination: only a round trip tells.
+            await conn.execute("SELECT 1", timeout=self.probe_timeout)

@@ -6,7 +6,8 @@ dataclasses; nothing here retries. Errors come in two kinds:
 
 - ``ApiUnreachable``: no HTTP answer at all (connection refused or reset, timeout);
 - ``ApiError``: an HTTP error answer, carrying its ``application/problem+json``
-  ``Problem``. ``ApiError.transient`` is true for 5xx and 429.
+  ``Problem``. ``ApiError.transient`` is true for 5xx (``503 store-unavailable`` while
+  the database restarts, say), 429 and 408.
 
 Batch endpoints answer one result per item in order: a result dataclass, or the
 item's ``Problem`` (a stale lease on one item does not fail the others).
@@ -93,8 +94,12 @@ class ApiError(Exception):
 
     @property
     def transient(self) -> bool:
-        """Worth retrying later: the server failed or asked the client to slow down."""
-        return self.status >= 500 or self.status == errors.QuotaExceeded.status
+        """Worth retrying later: the server failed or is unavailable, asked the client
+        to slow down, or timed out reading the request."""
+        return self.status >= 500 or self.status in _RETRIED_STATUSES
+
+
+_RETRIED_STATUSES: Final = frozenset({errors.QuotaExceeded.status, errors.RequestTimeout.status})
 
 
 class ApiUnreachable(Exception):
@@ -342,6 +347,8 @@ class WorkerClient:
             raise ApiUnreachable(f"{url}: {error or type(error).__name__}") from error
         except TimeoutError as error:
             raise ApiUnreachable(f"{url}: no answer in time") from error
+        except OSError as error:  # a socket error aiohttp did not wrap
+            raise ApiUnreachable(f"{url}: {error}") from error
         if status >= 400:
             raise ApiError(_problem_of(status, raw))
         try:

@@ -28,7 +28,7 @@ import os
 import random
 import signal
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
@@ -303,8 +303,12 @@ class Worker:
         self._executor = executor
         installed = self._install_signal_handlers(loop) if install_signal_handlers else []
         client = WorkerClient(self.url, self._token, request_timeout=self.request_timeout)
-        beating = asyncio.create_task(self._heartbeat_loop(client), name="tickwork-heartbeat")
-        completing = asyncio.create_task(self._complete_loop(client), name="tickwork-complete")
+        beating = asyncio.create_task(
+            self._supervised("heartbeat", self._heartbeat_loop, client), name="tickwork-heartbeat"
+        )
+        completing = asyncio.create_task(
+            self._supervised("complete", self._complete_loop, client), name="tickwork-complete"
+        )
         refused: ApiError | None = None
         log.info(
             "worker %s leasing from %s (queues %s, concurrency %d)",
@@ -412,6 +416,26 @@ class Worker:
         self._lease_call = None
         self._executor = None
         self._stopped_at = None
+
+    async def _supervised(
+        self, name: str, loop: Callable[[WorkerClient], Awaitable[None]], client: WorkerClient
+    ) -> None:
+        """Run a background loop for as long as the worker runs: a loop that dies
+        would silently cost every held lease, so a failure is logged and the loop
+        started again after a backoff."""
+        backoff = Backoff(self.retry_base_seconds, self.retry_max_seconds, self._rng)
+        while True:
+            try:
+                await loop(client)
+            except Exception:
+                delay = backoff.next_delay()
+                log.exception(
+                    "the %s loop failed; restarting it in %.2fs",
+                    name,
+                    delay,
+                    extra={"action": "loop-restart", "call": name},
+                )
+                await asyncio.sleep(delay)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, returning early when the worker is asked to stop."""
