@@ -112,8 +112,11 @@ def operator(
 ) -> None:
     """Reconcile ScheduledJob objects: definitions, status, Events, admission."""
     options.configure_logging()
-    # Kopf narrates every handler call at INFO; its warnings and errors stay.
+    # Kopf narrates every handler call at INFO; its warnings and errors stay, but for
+    # the admission refusals it logs as errors: a refused object is not the operator's
+    # failure (the handler logs each refusal at INFO).
     logging.getLogger("kopf").setLevel(logging.WARNING)
+    logging.getLogger("kopf.objects").addFilter(_refusals_are_not_errors)
     shard_map = options.shard_map(database_urls, shards)
     if all_namespaces == bool(namespaces):
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
@@ -184,3 +187,8 @@ async def _check_shards(database: Database) -> None:
                 outages.describe(error),
                 extra={"action": "operator-store-unavailable", "shard": number},
             )
+
+
+def _refusals_are_not_errors(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (message.startswith("Webhook ") and " failed permanently: " in message)

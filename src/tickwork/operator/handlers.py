@@ -104,13 +104,13 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
         return info
 
     # Async, as every handler here: Kopf runs plain functions in a thread pool.
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="observe")
     async def observe(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
         _context(memo).objects.observe(body, deleted=event.get("type") == "DELETED")
 
-    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry, field="spec")
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
+    @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", field="spec")
     async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
         context = _context(memo)
         try:
@@ -128,7 +128,7 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
             ) from error
         context.stored(body, patch, applied)
 
-    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="remove")
     async def remove(
         body: kopf.Body, name: str, namespace: str | None, patch: kopf.Patch, memo: Any, **_: Any
     ) -> None:
@@ -173,4 +173,13 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
     ) -> None:
         refused = admission.refusal(operation, new, old, _context(memo).reconciler.parse)
         if refused is not None:
+            meta = (new.get("metadata") if new is not None else None) or {}
+            logger.info(
+                "refused %s of ScheduledJob %s/%s: %s",
+                operation,
+                meta.get("namespace"),
+                meta.get("name"),
+                refused,
+                extra={"action": "operator-admission-refused"},
+            )
             raise kopf.AdmissionError(refused, code=admission.REFUSAL_CODE)
