@@ -136,3 +136,22 @@ async def test_every_example_is_accepted_as_written(cluster_kube: emulator.Emula
     for path in sorted(EXAMPLES.glob("*.yaml")):
         created = await cluster_kube.create(example(path.stem))
         JobSpec.model_validate(created["spec"])  # the served object is a valid JobSpec
+
+
+def test_every_field_a_user_reads_is_described_for_kubectl_explain() -> None:
+    schema = crd.definition()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    missing: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if not node.get("description"):
+            missing.append(path)
+        for name, child in (node.get("properties") or {}).items():
+            if path == "status" and name == "kopf":
+                continue  # the operator's own bookkeeping
+            walk(child, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+
+    for top in ("spec", "status"):
+        walk(schema["properties"][top], top)
+    assert missing == []
