@@ -109,8 +109,9 @@ class EventRecorder:
                 extra={"action": "event-dropped"},
             )
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Post queued Events until ``stop``; then the ones still queued."""
+    async def run(self, stop: asyncio.Event, flush_seconds: float = 5.0) -> None:
+        """Post queued Events until ``stop``; then the ones still queued, for at most
+        ``flush_seconds`` (an API server that does not answer must not hold a shutdown)."""
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -122,8 +123,17 @@ class EventRecorder:
                     taking.cancel()
                     break
                 await self._post(taking.result())
-            while not self._queue.empty():
-                await self._post(self._queue.get_nowait())
+            try:
+                async with asyncio.timeout(flush_seconds):
+                    while not self._queue.empty():
+                        await self._post(self._queue.get_nowait())
+            except TimeoutError:
+                self.dropped += self._queue.qsize()
+                logger.warning(
+                    "%d event(s) not posted at shutdown",
+                    self._queue.qsize(),
+                    extra={"action": "event-dropped"},
+                )
         finally:
             stopping.cancel()
 
