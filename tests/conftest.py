@@ -57,6 +57,12 @@ def server_url() -> Iterator[str]:
     folder = tempfile.mkdtemp(prefix="tickwork-test-pg-")
     server = pgserver.get_server(folder, cleanup_mode="stop")
     try:
+        # A throwaway server: durability buys nothing here, and every test clones and
+        # drops a database. The fault tests that crash PostgreSQL run their own server.
+        server.psql(
+            "ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET synchronous_commit = off; "
+            "ALTER SYSTEM SET full_page_writes = off; SELECT pg_reload_conf();"
+        )
         yield server.get_uri()
     finally:
         server.cleanup()
