@@ -29,7 +29,7 @@ import asyncpg
 from bench import CASES, Case, CaseResult, Context, format_table
 
 # Modules whose import registers their cases, in the order they run.
-MODULES: tuple[str, ...] = ("bench.store", "bench.http", "bench.materialiser")
+MODULES: tuple[str, ...] = ("bench.store", "bench.http", "bench.materialiser", "bench.dashboard")
 
 ENV_URL = "TICKWORK_BENCH_DATABASE_URL"
 

@@ -148,12 +148,18 @@ async def test_dev_reads_tokens_and_shards_from_the_environment_next_to_the_demo
         command += ("--manifests", str(EXAMPLES), "--demo-worker")
         async with tickwork(*command, env=env | {"TICKWORK_DATABASE_URL": url}) as dev:
             api = (await dev.expect(r"^  API +(\S+)$")).group(1)
+            dashboard = await dev.expect(r"^  dashboard +(\S+)  \(sign in with a token\)$")
+            assert dashboard.group(1) == api + "/ui/"
             await dev.expect(rf"^  tokens +{re.escape(str(tokens))}$")
             # The demo worker leases with its own token, next to the file's.
             await dev.expect(r"hello from run \S+ \(attempt 1\)")
             headers = {"Authorization": f"Bearer {TEAM_TOKEN}"}
             async with httpx.AsyncClient(base_url=api, headers=headers) as client:
                 assert (await client.get("/readyz")).json()["shards"] == 2
+                sign_in = await client.get("/ui/")
+                assert sign_in.status_code == 303 and sign_in.headers["location"].startswith(
+                    "/ui/login"
+                )
                 listed = (await client.get("/v1/jobs")).json()
             assert sorted(job["name"] for job in listed["items"]) == [
                 "flaky-export",

@@ -22,6 +22,7 @@ from tickwork.api import (
     worker_routes,
 )
 from tickwork.api.services import Services
+from tickwork.api.ui import routes as dashboard
 from tickwork.core.errors import PayloadTooLarge
 
 DESCRIPTION = """\
@@ -161,6 +162,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(worker_routes.router)
     app.include_router(jobs_routes.router)
     app.include_router(audit_routes.router)
+    dashboard.install(app, services)
     # Outermost last: the body deadline, then authentication (before any body is read),
     # then the body size limit.
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)

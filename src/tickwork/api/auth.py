@@ -229,6 +229,10 @@ class FirstMatch:
 
 # Open to anyone: probes must work without a token.
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
+# The dashboard authenticates its own callers: a session cookie, checked through the
+# same authenticator before any body is read (only the sign-in form carries a token in
+# its body). Browsers send no Authorization header.
+DASHBOARD_PREFIX: Final = "/ui"
 # Where ``Authenticate`` leaves the caller, in the request's state.
 PRINCIPAL: Final = "principal"
 
@@ -253,7 +257,13 @@ class Authenticate:
         self.authenticator = authenticator
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        path = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or path in PUBLIC_PATHS
+            or path == DASHBOARD_PREFIX
+            or path.startswith(DASHBOARD_PREFIX + "/")
+        ):
             await self.app(scope, receive, send)
             return
         try:

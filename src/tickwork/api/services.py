@@ -34,6 +34,12 @@ class ApiSettings:
     readiness_timeout_seconds: float = 1.0
     # A request body must have arrived whole this many seconds after its headers.
     body_timeout_seconds: float = limits.BODY_READ_TIMEOUT_SECONDS
+    # The dashboard: the secret that seals its session cookies (shared by every API
+    # replica; None draws one per process), how long a session lasts, and how often
+    # an open page refreshes its live region.
+    ui_secret: str | None = field(default=None, repr=False)
+    ui_session_seconds: int = 8 * 3600
+    ui_poll_seconds: float = 5.0
 
 
 @dataclass

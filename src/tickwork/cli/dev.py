@@ -24,6 +24,7 @@ from tickwork.api.auth import (
     TokenEntry,
     generate_token,
 )
+from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
 from tickwork.cli.demo import DemoWorker
 from tickwork.core.errors import SchemaMismatch
@@ -227,7 +228,9 @@ async def _run(settings: _Settings) -> None:
             else:
                 demos = []
             metrics = Metrics()
-            services = runtime.api_services(database, authenticator, metrics)
+            services = runtime.api_services(
+                database, authenticator, metrics, ApiSettings(ui_secret=options.ui_secret())
+            )
             http = http_server.HttpServer(create_app(services), HOST, sock=settings.listener)
             url = await http.start()
             loops.append(Scheduler(database, metrics=metrics).run)
@@ -267,6 +270,7 @@ def _banner(url: str, settings: _Settings, jobs: int) -> None:
         "",
         "tickwork dev is running (Ctrl-C stops everything)",
         f"  API        {url}",
+        f"  dashboard  {url}/ui/  (sign in with a token)",
         f"  metrics    {url}/metrics",
     ]
     if settings.admin_token is not None:

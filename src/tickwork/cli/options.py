@@ -80,6 +80,19 @@ def configure_logging(level: str | None = None) -> None:
     logging.getLogger("pgserver").setLevel(logging.WARNING)
 
 
+UI_SECRET_ENV = "TICKWORK_UI_SECRET"  # noqa: S105 - the name of a variable
+
+
+def ui_secret() -> str | None:
+    """The secret that seals dashboard sessions, from the environment (never a flag: a
+    command line is visible to every user of the machine). Without it each process
+    draws its own, and a session lasts as long as the process that signed it."""
+    secret = os.environ.get(UI_SECRET_ENV, "").strip()
+    if secret and len(secret) < 32:
+        raise click.UsageError(f"{UI_SECRET_ENV} must be at least 32 characters")
+    return secret or None
+
+
 def quota_options(function: F) -> F:
     function = click.option(
         "--enqueue-burst",

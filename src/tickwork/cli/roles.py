@@ -98,7 +98,8 @@ def dispatcher(
     enqueue_rate: float,
     enqueue_burst: float,
 ) -> None:
-    """Serve the HTTP API (stateless; run as many as needed)."""
+    """Serve the HTTP API and the dashboard at /ui/ (stateless; run as many as needed:
+    give them all the same TICKWORK_UI_SECRET so a dashboard session works on each)."""
     options.configure_logging()
     shard_map = options.shard_map(database_urls, shards)
     try:
@@ -112,7 +113,11 @@ def dispatcher(
         remove = runtime.stop_on_signals(stop)
         try:
             async with Database(shard_map) as database:
-                settings = ApiSettings(enqueue_rate=enqueue_rate, enqueue_burst=enqueue_burst)
+                settings = ApiSettings(
+                    enqueue_rate=enqueue_rate,
+                    enqueue_burst=enqueue_burst,
+                    ui_secret=options.ui_secret(),
+                )
                 services = runtime.api_services(database, tokens, Metrics(), settings)
                 limits = EdgeLimits(max_connections=max_connections)
                 server = HttpServer(create_app(services), host, sock=listener, limits=limits)

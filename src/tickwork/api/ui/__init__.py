@@ -1,0 +1,1 @@
+"""The web dashboard, served by the API process at ``/ui/``."""

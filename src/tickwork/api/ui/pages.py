@@ -1,0 +1,338 @@
+"""The dashboard's pages: overview, jobs, one job, one run, the DLQ.
+
+Each reads through the engine (the same functions the HTTP API calls) for the tenant
+the viewer acts for, and renders a template; a problem is shown as its ``detail``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from tickwork.api import render
+from tickwork.api.auth import Role
+from tickwork.api.services import services
+from tickwork.api.ui import chart, views, web
+from tickwork.api.ui.words import schedule_in_words
+from tickwork.core import hashing
+from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
+from tickwork.core.preview import fire_times
+from tickwork.core.records import PENDING, Run, State
+from tickwork.core.spec import check_name
+from tickwork.engine import job_table, overview
+from tickwork.engine.cursors import Position
+from tickwork.engine.jobs import DeadCursor, JobView
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+PAGE_SIZE: Final = 50
+RECENT_RUNS: Final = 25
+FIRE_TIMES: Final = 10
+SHOWS: Final = (
+    ("all", "All jobs"),
+    ("active", "Not paused"),
+    ("paused", "Paused"),
+    ("running", "Running now"),
+    ("dead", "With dead runs"),
+)
+_OUTCOME_TONES: Final = {
+    "succeeded": "good",
+    "failed": "bad",
+    "lease-expired": "warn",
+    "cancelled": "quiet",
+}
+
+Page = Callable[[web.Viewer], Awaitable[Response]]
+
+
+async def serve(request: Request, page: Page) -> Response:
+    """Run a page for the signed-in viewer: sign-in redirects, problems as pages."""
+    try:
+        who = await web.viewer(request)
+    except web.SignInNeeded:
+        return web.sign_in_redirect(request)
+    except TickworkError as error:
+        return await web.problem_page(request, error, None)
+    try:
+        return await page(who)
+    except TickworkError as error:
+        return await web.problem_page(request, error, who)
+
+
+def _parse_local(text: str | None, field: str) -> datetime | None:
+    """A ``datetime-local`` input's value, read as UTC."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as error:
+        raise InvalidRequest(f"{field}: {text!r} is not a date and time", field=field) from error
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _local_value(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def job_name(name: str) -> str:
+    """``name`` if it can be a job's name; else the page is not found."""
+    try:
+        check_name(name)
+    except ValueError as error:
+        raise NotFound(str(error), field="name") from error
+    return name
+
+
+def outcome_tone(outcome: str | None) -> str:
+    return _OUTCOME_TONES.get(outcome or "", "quiet")
+
+
+@router.get("/")
+async def overview_page(request: Request) -> Response:
+    svc = services(request)
+
+    async def page(who: web.Viewer) -> Response:
+        view = await overview.read(svc.database, who.tenant, svc.jobs.clock)
+        totals = {
+            "started": sum(m.started for m in view.minutes),
+            "failed": sum(m.failed for m in view.minutes),
+        }
+        context = {
+            "title": "Overview",
+            "section": "overview",
+            "view": view,
+            "chart": chart.build(view.minutes),
+            "totals": totals,
+            "window": overview.WINDOW_MINUTES,
+        }
+        return await web.render(request, "overview.html", context, who)
+
+    return await serve(request, page)
+
+
+def _job_row(view: JobView) -> dict[str, Any]:
+    """The API's Job document, with what the table shows besides."""
+    document = render.job(view)
+    schedule = view.definition.spec.schedule
+    document.update(
+        words=schedule_in_words(schedule.cron) if schedule is not None else "",
+        zone=schedule.time_zone if schedule is not None else "UTC",
+        next_run_at=document["nextRunAt"],
+        run_at=view.definition.spec.run_at,
+        last_finished_at=None
+        if view.summary.last_run is None
+        else view.summary.last_run.finished_at,
+    )
+    return document
+
+
+@router.get("/jobs")
+async def jobs_page(request: Request) -> Response:
+    svc = services(request)
+    query = request.query_params
+
+    async def page(who: web.Viewer) -> Response:
+        sort_text = query.get("sort") or "name"
+        descending = sort_text.startswith("-")
+        try:
+            column = job_table.Column(sort_text.lstrip("-"))
+        except ValueError:
+            column, descending = job_table.Column.name, False
+        try:
+            show = job_table.Show(query.get("show") or "all")
+        except ValueError:
+            show = job_table.Show.all
+        try:
+            number = max(1, min(int(query.get("page") or 1), 1000))
+        except ValueError:
+            number = 1
+        contains = (query.get("q") or "").strip()[:253] or None
+        queue = (query.get("queue") or "").strip()[:63] or None
+        request_query = job_table.Query(
+            contains=contains,
+            queue=queue,
+            show=show,
+            sort=column,
+            descending=descending,
+            offset=(number - 1) * PAGE_SIZE,
+            limit=PAGE_SIZE,
+        )
+        found = await job_table.page(svc.database, who.tenant, request_query)
+        now = await overview.current_time(svc.database, svc.jobs.clock)
+        params = {
+            "q": contains,
+            "queue": queue,
+            "show": show.value if show is not job_table.Show.all else None,
+            "sort": request_query.sort_key if request_query.sort_key != "name" else None,
+        }
+        url = web.url_maker(who)
+        first = (number - 1) * PAGE_SIZE + 1
+        context = {
+            "title": "Jobs",
+            "section": "jobs",
+            "page": found,
+            "rows": [_job_row(view) for view in found.jobs],
+            "now": now,
+            "params": params | {"show": show.value},
+            "shows": SHOWS,
+            "filtered": bool(contains or queue or show is not job_table.Show.all),
+            "first": first,
+            "last": first + len(found.jobs) - 1,
+            "prev_url": url("/ui/jobs", **params, page=number - 1) if number > 1 else None,
+            "next_url": url("/ui/jobs", **params, page=number + 1)
+            if first - 1 + len(found.jobs) < found.total
+            else None,
+        }
+        return await web.render(request, "jobs.html", context, who)
+
+    return await serve(request, page)
+
+
+@router.get("/jobs/{name}")
+async def job_page(name: str, request: Request) -> Response:
+    svc = services(request)
+
+    async def page(who: web.Viewer) -> Response:
+        view = await svc.jobs.get(who.tenant, job_name(name))
+        document = render.job(view)
+        runs, _ = await svc.jobs.runs_of_job(who.tenant, name, None, None, RECENT_RUNS)
+        now = await overview.current_time(svc.database, svc.jobs.clock)
+        schedule = view.definition.spec.schedule
+        fires: list[Any] = []
+        preview_problem = None
+        start = None
+        if schedule is not None:
+            try:
+                start = _parse_local(request.query_params.get("from"), "from")
+            except InvalidRequest as error:
+                preview_problem = error.detail
+            fires = fire_times(schedule.compile(), start or now, FIRE_TIMES)
+        zone = schedule.time_zone if schedule is not None else "UTC"
+        context = {
+            "title": name,
+            "section": "jobs",
+            "job": document,
+            "schedule": document["spec"].get("schedule"),
+            "words": schedule_in_words(schedule.cron) if schedule is not None else "",
+            "jitter": hashing.jitter_offset(who.tenant, name, schedule.jitter_seconds)
+            if schedule is not None
+            else 0,
+            "run_at": view.definition.spec.run_at,
+            "zone": zone,
+            "fires": fires,
+            "from_value": _local_value(start),
+            "preview_problem": preview_problem,
+            "runs": runs,
+            "now": now,
+            "lag": views.start_lag,
+            "run_duration": lambda run: views.run_duration(run, now),
+            "spec_json": orjson.dumps(document["spec"], option=orjson.OPT_INDENT_2).decode(),
+        }
+        return await web.render(request, "job.html", context, who)
+
+    return await serve(request, page)
+
+
+async def owned_run(request: Request, who: web.Viewer, run_id: str) -> tuple[Run, list[Any]]:
+    """The run with its attempts, if the viewer may see it: another tenant's run is
+    reported as absent (an admin sees every run), as in the HTTP API."""
+    run, attempts = await services(request).jobs.run(run_id)
+    if who.principal.role is not Role.admin and run.tenant != who.tenant:
+        raise NotFound(f"no run {run.run_id!r}", field="runId")
+    return run, attempts
+
+
+@router.get("/runs/{run_id}")
+async def run_page(run_id: str, request: Request) -> Response:
+    svc = services(request)
+
+    async def page(who: web.Viewer) -> Response:
+        run, attempts = await owned_run(request, who, run_id)
+        try:
+            job = await svc.jobs.get(run.tenant, run.job)
+            schedule = job.definition.spec.schedule
+            zone = schedule.time_zone if schedule is not None else "UTC"
+        except NotFound:
+            zone = "UTC"  # the job was deleted; its runs stay
+        payload = None if run.payload_json is None else views.json_view(run.payload)
+        context = {
+            "title": f"Run {run.run_id}",
+            "section": "jobs",
+            "run": run,
+            "attempts": attempts,
+            "zone": zone,
+            "priority": render.run(run)["priority"],
+            "lag": views.start_lag(run),
+            "payload": payload,
+            "cancellable": run.state in PENDING or run.state is State.leased,
+            "outcome_tone": outcome_tone,
+        }
+        return await web.render(request, "run.html", context, who)
+
+    return await serve(request, page)
+
+
+@router.get("/runs/{run_id}/payload")
+async def run_payload(run_id: str, request: Request) -> Response:
+    async def page(who: web.Viewer) -> Response:
+        run, _ = await owned_run(request, who, run_id)
+        body = (run.payload_json or "null").encode()
+        response = Response(body, media_type="application/json")
+        response.headers["Content-Disposition"] = (
+            f'attachment; filename="payload-{run.run_id}.json"'
+        )
+        return web.secure(response)
+
+    return await serve(request, page)
+
+
+@router.get("/dlq")
+async def dlq_page(request: Request) -> Response:
+    svc = services(request)
+    query = request.query_params
+
+    async def page(who: web.Viewer) -> Response:
+        job = (query.get("job") or "").strip() or None
+        if job is not None:
+            try:
+                check_name(job)
+            except ValueError as error:
+                raise InvalidRequest(str(error), field="job") from error
+        since = _parse_local(query.get("since"), "since")
+        until = _parse_local(query.get("until"), "until")
+        cursor_text = query.get("cursor")
+        if cursor_text:
+            cursor: DeadCursor | None = DeadCursor.decode(cursor_text)
+        elif until is not None:
+            cursor = Position(until, 0, 0)  # every run that died strictly before `until`
+        else:
+            cursor = None
+        dead, next_cursor = await svc.jobs.dead_letters(who.tenant, job, cursor, PAGE_SIZE)
+        if since is not None and any(r.finished_at and r.finished_at < since for r in dead):
+            dead = [r for r in dead if r.finished_at is not None and r.finished_at >= since]
+            next_cursor = None
+        now = await overview.current_time(svc.database, svc.jobs.clock)
+        params = {"job": job, "since": _local_value(since), "until": _local_value(until)}
+        url = web.url_maker(who)
+        context = {
+            "title": "DLQ",
+            "section": "dlq",
+            "runs": dead,
+            "now": now,
+            "params": params,
+            "filtered": bool(job or since or until),
+            "job_names": await overview.dead_jobs(svc.database, who.tenant),
+            "next_url": None
+            if next_cursor is None
+            else url("/ui/dlq", **params, cursor=next_cursor.encode()),
+        }
+        return await web.render(request, "dlq.html", context, who)
+
+    return await serve(request, page)
