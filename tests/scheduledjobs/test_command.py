@@ -3,6 +3,7 @@ KUBECONFIG, /healthz and /readyz, a ScheduledJob reconciled, a clean SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 
@@ -13,6 +14,10 @@ from kube import emulator
 from test_dev import WAIT, tickwork
 
 from tickwork.cli import cli
+from tickwork.engine.jobs import Jobs
+from tickwork.operator.cluster import Cluster, ClusterError
+from tickwork.operator.runtime import Operator, OperatorSettings
+from tickwork.store.database import Database
 
 from .conftest import example, observed
 
@@ -76,3 +81,18 @@ def test_bad_flags_are_one_clear_line(args: tuple[str, ...], message: str) -> No
     result = CliRunner().invoke(cli, ["operator", "--database-url", "postgresql:///x", *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+async def test_without_the_crd_the_operator_says_what_to_install(
+    kube: emulator.Emulator, database: Database
+) -> None:
+    assert kube.kubeconfig is not None
+    cluster = await Cluster.connect(str(kube.kubeconfig))
+    try:
+        operator = Operator(
+            Jobs(database), cluster, OperatorSettings(webhook=None, health_port=None)
+        )
+        with pytest.raises(ClusterError, match=r"install the CRD first \(kubectl apply -f crds/"):
+            await operator.run(asyncio.Event())
+    finally:
+        await cluster.close()

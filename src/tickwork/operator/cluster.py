@@ -117,6 +117,11 @@ class Cluster:
                 found += listed["items"]
             return found
         except _FAILURES as error:
+            if isinstance(error, ApiException) and error.status == 404:
+                raise ClusterError(
+                    "the API server does not serve ScheduledJobs: install the CRD first "
+                    "(kubectl apply -f crds/scheduledjob.yaml)"
+                ) from error
             raise _error("list ScheduledJobs", error) from error
 
     async def get_scheduled_job(self, namespace: str, name: str) -> dict[str, Any] | None:

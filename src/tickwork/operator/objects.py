@@ -14,6 +14,7 @@ from typing import Any
 from tickwork.engine import manifests
 
 Key = tuple[str, str]  # (namespace, name)
+_KOPF = "kopf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,9 @@ class Seen:
     def of(cls, body: Mapping[str, Any]) -> Seen:
         meta = body.get("metadata") or {}
         status = body.get("status")
+        if isinstance(status, Mapping):
+            # Kopf's bookkeeping holds a copy of the spec (payload included): not kept.
+            status = {k: v for k, v in status.items() if k != _KOPF}
         return cls(
             namespace=str(meta.get("namespace") or ""),
             name=str(meta.get("name") or ""),
