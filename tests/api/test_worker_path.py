@@ -24,6 +24,7 @@ LEASE_FIELDS = {
     "dueAt",
     "leaseExpiresAt",
     "deadline",
+    "dryRun",
     "payload",
 }
 

@@ -248,6 +248,10 @@ class Lease(Model):
     due_at: datetime
     lease_expires_at: datetime
     deadline: datetime
+    dry_run: bool = Field(
+        description="The job is in dry-run mode (spec.dryRun): log what the run would do "
+        "and have no effects."
+    )
     payload: JsonValue = None
 
 

@@ -122,6 +122,7 @@ def lease(item: Lease) -> dict[str, Any]:
         "dueAt": item.due_at,
         "leaseExpiresAt": item.lease_expires_at,
         "deadline": item.deadline,
+        "dryRun": item.dry_run,
         "payload": _payload(item.payload_json),
     }
 

@@ -156,6 +156,7 @@ class NewRun:
     payload_json: str | None = None
     concurrency: int = 0  # the job's limit of leased runs; 0: none
     request_fingerprint: bytes | None = None
+    dry_run: bool = False  # the job is in dry-run mode (its leases say so)
 
 
 def decode_json(value: str | None) -> Any:
@@ -245,6 +246,7 @@ class Lease:
     deadline: datetime
     # Passed through as the JSON text the database holds: the worker path never parses it.
     payload_json: str | None
+    dry_run: bool = False  # the job is in dry-run mode: the handler must have no effects
 
     @property
     def run_id(self) -> str:

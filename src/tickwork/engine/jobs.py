@@ -184,6 +184,10 @@ class Jobs:
             definition, created = await definitions.upsert(
                 conn, shard, tenant, name, spec, next_due, actor, self.clock.now(), manager
             )
+            if current is not None and current.spec.dry_run != spec.dry_run:
+                # Switching a shadowed cron over must not leave a run behind in the
+                # old mode: every run not leased yet follows.
+                await runs.set_dry_run(conn, tenant, name, spec.dry_run)
             return Stored(definition, Change.created if created else Change.updated)
 
     async def get(self, tenant: str, name: str) -> JobView:
@@ -323,6 +327,7 @@ class Jobs:
             idempotency_key=request.idempotency_key,
             payload_json=None if payload is None else orjson.dumps(payload).decode(),
             concurrency=spec.concurrency,
+            dry_run=spec.dry_run,
             request_fingerprint=(
                 None if request.idempotency_key is None else request.fingerprint()
             ),

@@ -221,13 +221,14 @@ async def materialise(
                         row["payload"],
                         len(planned_runs),
                         row["concurrency"],
+                        row["dry_run"],
                     )
                 )
             advanced.append(
                 (due.tenant, due.name, planned.next_due_at, planned.dropped, planned.caught_up)
             )
         inserted: Sequence[asyncpg.Record] = await conn.fetch(
-            INSERT_PLANNED_RUNS, *_columns(planned_runs, 16), now
+            INSERT_PLANNED_RUNS, *_columns(planned_runs, 17), now
         )
         await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 5))
         ready = [r["queue"] for r in inserted if r["state"] == "ready"]

@@ -12,8 +12,10 @@ and Kopf tries again later (a deleted object waits on its finalizer meanwhile).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -47,6 +49,18 @@ class Context:
     login: Callable[[], Any]  # -> Awaitable[kopf.ConnectionInfo]
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     store_retry_seconds: float = 5.0
+    # Handlers in flight per shard, at most as many as its pool has connections: a
+    # thousand objects applied at once queue here, not on the pool (whose wait is
+    # bounded, and would read as an outage).
+    slots: dict[int, asyncio.Semaphore] = field(default_factory=dict)
+    slots_per_shard: int = 4
+
+    @contextlib.asynccontextmanager
+    async def store_slot(self, namespace: str, name: str) -> AsyncIterator[None]:
+        shard = self.reconciler.jobs.shard_of(namespace, name)
+        slot = self.slots.setdefault(shard, asyncio.Semaphore(self.slots_per_shard))
+        async with slot:
+            yield
 
     def stored(self, body: Mapping[str, Any], patch: kopf.Patch, applied: Applied) -> None:
         current = body.get("status") or {}
@@ -113,8 +127,10 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
     @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", field="spec")
     async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
         context = _context(memo)
+        meta = body.get("metadata") or {}
         try:
-            applied = await context.reconciler.apply_object(body, _source(body))
+            async with context.store_slot(str(meta.get("namespace")), str(meta.get("name"))):
+                applied = await context.reconciler.apply_object(body, _source(body))
         except ManifestError as error:
             context.invalid(body, patch, error)
             return
@@ -134,7 +150,8 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
     ) -> None:
         context = _context(memo)
         try:
-            removed = await context.reconciler.remove(namespace or "", name)
+            async with context.store_slot(namespace or "", name):
+                removed = await context.reconciler.remove(namespace or "", name)
         except Exception as error:
             if not outages.is_outage(error):
                 raise

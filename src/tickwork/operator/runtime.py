@@ -126,6 +126,7 @@ class Operator:
             login=cluster.connection_info,
             now=now or (lambda: datetime.now(UTC)),
             store_retry_seconds=self.settings.store_retry_seconds,
+            slots_per_shard=jobs.database.settings.max_size,
         )
         webhook = self.settings.webhook
         self.registry = kopf.OperatorRegistry()

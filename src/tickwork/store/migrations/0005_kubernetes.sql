@@ -27,3 +27,9 @@ CREATE TABLE changed_jobs (
     job     text NOT NULL,
     PRIMARY KEY (tenant, job)
 );
+
+-- A run of a job in dry-run mode (spec.dryRun): its lease says so, and workers give it
+-- only to handlers that support dry runs. Copied into each run when it is created (and
+-- updated on the runs not leased yet when the job switches), like its concurrency, so
+-- the claim reads it from the row it leases. A constant default: an instant change.
+ALTER TABLE runs ADD COLUMN dry_run boolean NOT NULL DEFAULT false;

@@ -41,9 +41,9 @@ WITH picked AS (
                            AND held.state = 'leased') <= ranked.concurrency
 ), clock AS (
     SELECT coalesce($4::timestamptz, now()) AS now
-)
-UPDATE runs AS r
-SET state = 'leased',
+), leased AS (
+    UPDATE runs AS r
+    SET state = 'leased',
     attempt = r.attempt + 1,
     fencing_token = nextval('fencing_tokens'),
     lease_owner = $3,
@@ -53,11 +53,18 @@ SET state = 'leased',
         clock.now + make_interval(secs => $5::double precision),
         clock.now + make_interval(secs => r.timeout_seconds)),
     updated_at = clock.now
-FROM allowed, clock
-WHERE r.id = allowed.id
-RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
-          r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
-          r.lease_expires_at, r.deadline, r.payload, r.concurrency
+    FROM allowed, clock
+    WHERE r.id = allowed.id
+    RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
+              r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
+              r.lease_expires_at, r.deadline, r.payload, r.concurrency, r.dry_run
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM leased
+    ON CONFLICT DO NOTHING
+)
+SELECT * FROM leased
 
 -- name: lock_jobs
 -- Serialise the limit check of these jobs ($1: 'tenant/job' keys, sorted by the caller
@@ -111,8 +118,13 @@ WITH clock AS (
       AND r.state = 'leased'
       AND ($4::text IS NULL OR r.tenant = $4)
       AND ($5::text[] IS NULL OR r.queue = ANY($5::text[]))
-    RETURNING r.id, r.attempt, r.fencing_token, r.lease_owner, r.leased_at, r.finished_at,
-              r.state
+    RETURNING r.id, r.tenant, r.job, r.attempt, r.fencing_token, r.lease_owner,
+              r.leased_at, r.finished_at, r.state
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM done
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state)
@@ -164,8 +176,13 @@ WITH clock AS (
         updated_at = clock.now
     FROM decided AS d, clock
     WHERE r.id = d.id
-    RETURNING r.id, r.attempt, r.fencing_token, r.lease_owner, r.leased_at, r.state,
-              r.ready_at, d.outcome, d.error, clock.now AS at
+    RETURNING r.id, r.tenant, r.job, r.attempt, r.fencing_token, r.lease_owner,
+              r.leased_at, r.state, r.ready_at, d.outcome, d.error, clock.now AS at
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM changed
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state, next_attempt_at, error)
@@ -193,16 +210,23 @@ WITH clock AS (
     ORDER BY ready_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE runs AS r
+    SET state = CASE WHEN r.attempt = 0 AND r.start_deadline < clock.now
+                     THEN 'skipped' ELSE 'ready' END,
+        finished_at = CASE WHEN r.attempt = 0 AND r.start_deadline < clock.now
+                           THEN clock.now END,
+        updated_at = clock.now
+    FROM due, clock
+    WHERE r.id = due.id
+    RETURNING r.tenant, r.job, r.queue, r.state
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM promoted
+    ON CONFLICT DO NOTHING
 )
-UPDATE runs AS r
-SET state = CASE WHEN r.attempt = 0 AND r.start_deadline < clock.now
-                 THEN 'skipped' ELSE 'ready' END,
-    finished_at = CASE WHEN r.attempt = 0 AND r.start_deadline < clock.now
-                       THEN clock.now END,
-    updated_at = clock.now
-FROM due, clock
-WHERE r.id = due.id
-RETURNING r.queue, r.state
+SELECT queue, state FROM promoted
 
 -- name: skip_past_deadline
 -- Ready first attempts nobody leased before their starting deadline end as skipped.
@@ -217,12 +241,19 @@ WITH clock AS (
     ORDER BY start_deadline
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), skipped AS (
+    UPDATE runs AS r
+    SET state = 'skipped', finished_at = clock.now, updated_at = clock.now
+    FROM late, clock
+    WHERE r.id = late.id
+    RETURNING r.id, r.tenant, r.job
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM skipped
+    ON CONFLICT DO NOTHING
 )
-UPDATE runs AS r
-SET state = 'skipped', finished_at = clock.now, updated_at = clock.now
-FROM late, clock
-WHERE r.id = late.id
-RETURNING r.id
+SELECT id FROM skipped
 
 -- name: notify_ready
 -- Wake long-polling lease requests; delivered only when the transaction commits.
@@ -239,15 +270,23 @@ WHERE state IN ('scheduled', 'retry_wait')
 -- name: release
 -- Give back leases nobody received (the long-poll's client went away): the runs are
 -- ready again and the attempt is not counted. Their next lease draws a new token.
-UPDATE runs
-SET state = 'ready',
-    attempt = attempt - 1,
-    lease_owner = NULL,
-    leased_at = NULL,
-    lease_expires_at = NULL,
-    deadline = NULL,
-    updated_at = coalesce($3::timestamptz, now())
-WHERE id = ANY($1::bigint[])
-  AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
-  AND state = 'leased'
-RETURNING queue
+WITH released AS (
+    UPDATE runs
+    SET state = 'ready',
+        attempt = attempt - 1,
+        lease_owner = NULL,
+        leased_at = NULL,
+        lease_expires_at = NULL,
+        deadline = NULL,
+        updated_at = coalesce($3::timestamptz, now())
+    WHERE id = ANY($1::bigint[])
+      AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
+      AND state = 'leased'
+    RETURNING tenant, job, queue
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM released
+    ON CONFLICT DO NOTHING
+)
+SELECT queue FROM released

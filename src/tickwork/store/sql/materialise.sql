@@ -23,6 +23,7 @@ SELECT tenant,
        (spec -> 'retry' ->> 'maxSeconds')::double precision AS retry_max,
        (spec ->> 'timeoutSeconds')::integer AS timeout_seconds,
        coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
+       coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
        spec -> 'payload' AS payload
 FROM definitions
 WHERE NOT paused
@@ -36,12 +37,12 @@ FOR UPDATE SKIP LOCKED
 -- A run already there for (tenant, job, due_at) or its idempotency key is left alone,
 -- so materialising twice (failover, split brain) inserts nothing the second time.
 WITH clock AS (
-    SELECT coalesce($17::timestamptz, now()) AS now
+    SELECT coalesce($18::timestamptz, now()) AS now
 )
 INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
                   retry_max, timeout_seconds, due_at, ready_at, start_deadline,
                   idempotency_key, payload, created_at, updated_at, finished_at,
-                  concurrency)
+                  concurrency, dry_run)
 SELECT p.tenant, p.job, p.queue, p.priority,
        CASE WHEN p.start_deadline < clock.now THEN 'skipped'
             WHEN p.ready_at <= clock.now THEN 'ready'
@@ -50,14 +51,14 @@ SELECT p.tenant, p.job, p.queue, p.priority,
        p.due_at, p.ready_at, p.start_deadline, p.idempotency_key, p.payload,
        clock.now, clock.now,
        CASE WHEN p.start_deadline < clock.now THEN clock.now END,
-       p.concurrency
+       p.concurrency, p.dry_run
 FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[],
             $6::integer[], $7::double precision[], $8::double precision[],
             $9::integer[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[],
-            $13::text[], $14::jsonb[], $15::bigint[], $16::integer[])
+            $13::text[], $14::jsonb[], $15::bigint[], $16::integer[], $17::boolean[])
      AS p(tenant, job, queue, priority, origin, max_attempts, retry_base, retry_max,
           timeout_seconds, due_at, ready_at, start_deadline, idempotency_key, payload,
-          ordinal, concurrency),
+          ordinal, concurrency, dry_run),
      clock
 ORDER BY p.ordinal
 ON CONFLICT DO NOTHING

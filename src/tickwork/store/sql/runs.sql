@@ -4,21 +4,29 @@
 -- A run whose ready time has come is inserted `ready`, otherwise `scheduled`. A second
 -- insert with the same idempotency key inserts nothing (the caller then reads the first
 -- and compares $17, the request's fingerprint, with the one stored).
+-- $18: the job is in dry-run mode.
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
+), inserted AS (
+    INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts,
+                      retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                      start_deadline, idempotency_key, payload, created_at, updated_at,
+                      concurrency, request_fingerprint, dry_run)
+    SELECT $1, $2, $3, $4,
+           CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
+           $5, $6, $7, $8, $9,
+           coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
+           clock.now, clock.now, $16, $17, $18
+    FROM clock
+    ON CONFLICT (tenant, job, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING *
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM inserted
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
-                  retry_max, timeout_seconds, due_at, ready_at, start_deadline,
-                  idempotency_key, payload, created_at, updated_at, concurrency,
-                  request_fingerprint)
-SELECT $1, $2, $3, $4,
-       CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
-       $5, $6, $7, $8, $9,
-       coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
-       clock.now, clock.now, $16, $17
-FROM clock
-ON CONFLICT (tenant, job, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *
+SELECT * FROM inserted
 
 -- name: run_by_key
 SELECT * FROM runs WHERE tenant = $1 AND job = $2 AND idempotency_key = $3
@@ -49,12 +57,20 @@ SELECT * FROM runs WHERE id = $1 FOR UPDATE
 
 -- name: cancel_pending
 -- Runs not yet leased end as cancelled.
-UPDATE runs
-SET state = 'cancelled',
-    finished_at = coalesce($2::timestamptz, now()),
-    updated_at = coalesce($2::timestamptz, now())
-WHERE id = $1 AND state IN ('scheduled', 'ready', 'retry_wait')
-RETURNING *
+WITH cancelled AS (
+    UPDATE runs
+    SET state = 'cancelled',
+        finished_at = coalesce($2::timestamptz, now()),
+        updated_at = coalesce($2::timestamptz, now())
+    WHERE id = $1 AND state IN ('scheduled', 'ready', 'retry_wait')
+    RETURNING *
+), marked AS (
+    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM cancelled
+    ON CONFLICT DO NOTHING
+)
+SELECT * FROM cancelled
 
 -- name: request_cancel
 -- A leased run finishes its lease: its next heartbeat answers cancelRequested.
@@ -96,3 +112,12 @@ LIMIT 1
 -- name: record_audit
 INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
 VALUES (coalesce($7::timestamptz, now()), $1, $2, $3, $4, $5, $6::jsonb)
+
+-- name: set_dry_run
+-- A job switched in or out of dry-run mode: its runs not leased yet follow (a leased
+-- run keeps the mode its handler was started in).
+UPDATE runs
+SET dry_run = $3
+WHERE tenant = $1 AND job = $2
+  AND state IN ('scheduled', 'ready', 'retry_wait')
+  AND dry_run <> $3
