@@ -29,7 +29,13 @@ import asyncpg
 from bench import CASES, Case, CaseResult, Context, format_table
 
 # Modules whose import registers their cases, in the order they run.
-MODULES: tuple[str, ...] = ("bench.store", "bench.http", "bench.materialiser", "bench.dashboard")
+MODULES: tuple[str, ...] = (
+    "bench.store",
+    "bench.http",
+    "bench.materialiser",
+    "bench.dashboard",
+    "bench.status_feed",
+)
 
 ENV_URL = "TICKWORK_BENCH_DATABASE_URL"
 
