@@ -40,6 +40,9 @@ class Context:
 
     database_url: str
     seconds: float  # the wanted length of each measurement
+    # The headline figures of the whole run (shared by every case): printed as the
+    # summary table and written to bench-results.json.
+    figures: dict[str, float] = field(default_factory=dict)
 
     async def migrate(self, shards: int) -> ShardMap:
         """Migrate ``shards`` shards (one schema each) in the case's database."""
@@ -59,18 +62,22 @@ class Case:
     name: str
     description: str
     run: CaseFunction = field(repr=False)
+    # Run by a plain ``make bench``; the others only when named with ``--only``.
+    default: bool = True
 
 
 CASES: list[Case] = []
 
 
-def register(name: str, description: str) -> Callable[[CaseFunction], CaseFunction]:
+def register(
+    name: str, description: str, *, default: bool = True
+) -> Callable[[CaseFunction], CaseFunction]:
     """Add the decorated function to the cases ``python -m bench`` runs, in order."""
 
     def add(function: CaseFunction) -> CaseFunction:
         if any(case.name == name for case in CASES):
             raise ValueError(f"benchmark case {name!r} registered twice")
-        CASES.append(Case(name, description, function))
+        CASES.append(Case(name, description, function, default))
         return function
 
     return add

@@ -21,20 +21,46 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import orjson
 
-from bench import CASES, Case, CaseResult, Context, format_table
+from bench import CASES, Case, CaseResult, Context, Table, format_table
 
 # Modules whose import registers their cases, in the order they run.
 MODULES: tuple[str, ...] = (
+    "bench.ceiling",
     "bench.store",
     "bench.http",
+    "bench.spike",
     "bench.materialiser",
     "bench.dashboard",
     "bench.status_feed",
+)
+RESULTS = Path(__file__).resolve().parent.parent / "bench-results.json"
+# The headline figures, in the order of the summary, with what each is compared to.
+SUMMARY: tuple[tuple[str, str, str], ...] = (
+    ("ceiling_runs_per_s", "(a) raw claim+complete loop, runs/s", ""),
+    ("store_runs_per_s", "(b) through the store in-process, runs/s", ""),
+    ("store_vs_ceiling", "(b) store / ceiling", ">= 0.8"),
+    ("store_fair_vs_ceiling", "(b) store, 5 tenants x 3 priorities / ceiling", ""),
+    ("http_runs_per_s", "(c) HTTP + worker SDK, 4 processes, batch 100, runs/s", ""),
+    ("http_vs_ceiling", "(c) HTTP / ceiling", ">= 0.7"),
+    ("enqueue_runs_per_s", "(d) HTTP batch enqueue, runs/s", ""),
+    ("enqueue_vs_ceiling", "(d) HTTP batch enqueue / INSERT ... unnest", ">= 0.5"),
+    ("wakeup_p50_ms", "(e) idle wake-up p50, ms", ""),
+    ("wakeup_p99_ms", "(e) idle wake-up p99, ms", "<= 3"),
+    ("commit_p99_ms", "(e) baseline: one-row INSERT + COMMIT p99, ms", ""),
+    ("critical_p99_start_lag_s", "(f) critical p99 start lag at 80 % load, s", "< 1"),
+    ("default_p99_start_lag_s", "(f) default p99 start lag at 80 % load, s", ""),
+    ("bulk_p99_start_lag_s", "(f) bulk p99 start lag at 80 % load, s", "< 60"),
+    ("fairness_b_p99_lag_s", "(g) tenant B p99 start lag under A's flood, s", "< 1"),
+    ("fairness_b_p99_lag_no_flood_s", "(g) tenant B p99 start lag, no flood, s", ""),
+    ("fairness_b_vs_no_flood", "(g) B's lag with / without the flood", "<= 1.2"),
+    ("spike_all_leased_s", "(h) 100k cron runs at one minute: all leased after, s", "<= 65"),
 )
 
 ENV_URL = "TICKWORK_BENCH_DATABASE_URL"
@@ -115,29 +141,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         importlib.import_module(module)
     if options.list:
         for case in CASES:
-            print(f"{case.name:<12} {case.description}")
+            print(f"{case.name:<17} {case.description}{'' if case.default else ' (--only)'}")
         return 0
-    chosen = [c for c in CASES if not options.only or c.name in options.only]
+    chosen = [c for c in CASES if (c.name in options.only if options.only else c.default)]
     unknown = set(options.only or ()) - {c.name for c in CASES}
     if unknown:
         known = ", ".join(c.name for c in CASES)
         print(f"unknown case(s): {', '.join(sorted(unknown))}; known: {known}", file=sys.stderr)
         return 2
+    figures: dict[str, float] = {}
     with server() as url:
         version = asyncio.run(_admin(url, "SHOW server_version"))
-        print(
+        header = (
             f"tickwork bench: PostgreSQL {version}, Python {platform.python_version()}, "
-            f"{os.cpu_count()} CPUs, {options.seconds:g} s per measurement\n",
-            flush=True,
+            f"{os.cpu_count()} CPUs, {options.seconds:g} s per measurement"
         )
+        print(header + "\n", flush=True)
         for case in chosen:
             started = time.monotonic()
             with case_database(url, case) as database_url:
-                tables = run_case(case, Context(database_url, options.seconds))
+                tables = run_case(case, Context(database_url, options.seconds, figures))
             for table in tables:
                 print(format_table(table))
                 print(f"  ({case.name}: {time.monotonic() - started:.1f} s)\n", flush=True)
+    print(format_table(summary(figures)), flush=True)
+    RESULTS.write_bytes(
+        orjson.dumps(
+            {"about": header, "figures": figures},
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+        )
+        + b"\n"
+    )
+    print(f"\n(figures written to {RESULTS.name})")
     return 0
+
+
+def summary(figures: dict[str, float]) -> Table:
+    """The headline figures: every tickwork figure as a ratio to its raw-SQL baseline,
+    measured in this run on this server, next to its target."""
+    rows = [
+        {"key": key, "figure": what, "value": figures.get(key), "target": target}
+        for key, what, target in SUMMARY
+        if key in figures
+    ]
+    rows += [
+        {"key": key, "figure": "", "value": value, "target": ""}
+        for key, value in figures.items()
+        if key not in {k for k, _, _ in SUMMARY}
+    ]
+    return Table(
+        "summary (bench-results.json)",
+        rows,
+        notes=["ratios divide by the baseline measured just before, on the same server"],
+    )
 
 
 if __name__ == "__main__":

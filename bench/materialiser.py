@@ -93,7 +93,7 @@ async def fill(
 
 async def reset(conns: Sequence[asyncpg.Connection]) -> None:
     for conn in conns:
-        await conn.execute("TRUNCATE definitions, runs")
+        await conn.execute("TRUNCATE definitions, live_runs, finished_runs, run_keys, attempts")
 
 
 async def materialise_pass(conns: Sequence[asyncpg.Connection], now: datetime) -> int:
@@ -111,7 +111,11 @@ async def ready_count(conns: Sequence[asyncpg.Connection]) -> int:
     return total
 
 
-@register("materialise", "100k definitions due in one minute: runs/s, then time to all ready")
+@register(
+    "materialise",
+    "100k definitions due in one minute: runs/s, then time to all ready",
+    default=False,
+)
 async def materialise_fleet(context: Context) -> list[Table]:
     shard_map = await context.migrate(SHARDS)
     conns = await connect_all(shard_map)
@@ -267,7 +271,9 @@ def plan_table() -> Table:
     return Table("plan(): microseconds per call (pure, no database)", rows)
 
 
-@register("materialise-idle", "one materialiser pass when none of N definitions is due")
+@register(
+    "materialise-idle", "one materialiser pass when none of N definitions is due", default=False
+)
 async def materialise_idle(context: Context) -> list[Table]:
     shard_map = await context.migrate(SHARDS)
     conns = await connect_all(shard_map)

@@ -1,9 +1,11 @@
-"""Claim + complete straight against the store: the ceiling of the worker path.
+"""(b) Claim + complete straight against the store, next to the raw-SQL ceiling (a).
 
 One shard, N ready runs preloaded, then two connections (two asyncio tasks in this one
 process) loop ``leases.claim(batch)`` → ``leases.complete`` (all succeeded) until the
 shard is drained. N is sized from a short calibration drain so that each measurement
-lasts about ``--seconds``.
+lasts about ``--seconds``. The headline row is batch 100 with one tenant and one
+priority, like the ceiling's table; the fairness row spreads the same work over 5
+tenants and 3 priorities, so the claim merges 15 heads: that is the cost of fairness.
 """
 
 from __future__ import annotations
@@ -15,24 +17,25 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from bench import Context, Row, Table, register
+from bench import Context, Row, Table, ceiling, register
 from tickwork.core.records import Completed, Completion, Outcome, State
 from tickwork.core.shards import Shard
 from tickwork.store import database, leases
 
-BATCHES = (1, 10, 100)
+BATCHES = (1, 100)
 CONNECTIONS = 2
 QUEUE = "bench"
 LEASE_SECONDS = 300
 CALIBRATION_RUNS = {1: 1_000, 10: 5_000, 100: 20_000}
 MAX_RUNS = 2_000_000
 
-RESET = "TRUNCATE runs, attempts, audit_log RESTART IDENTITY"
-# Like API enqueues of 10 tenants x 50 jobs, all ready now.
+RESET = "TRUNCATE live_runs, finished_runs, attempts, audit_log, run_keys"
+# Like API enqueues of $3 tenants x 50 jobs in $4 priorities, all ready now.
 PRELOAD = """
-INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
-                  retry_max, timeout_seconds, due_at, ready_at, created_at, updated_at)
-SELECT 'tenant-' || (i % 10), 'job-' || (i % 50), $2, 1, 'ready', 'api', 3, 30, 1800,
+INSERT INTO live_runs (tenant, job, queue, priority, state, origin, max_attempts,
+                       retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                       created_at, updated_at)
+SELECT 'tenant-' || (i % $3), 'job-' || (i % 50), $2, i % $4, 'ready', 'api', 3, 30, 1800,
        3600, now(), now(), now(), now()
 FROM generate_series(1, $1) AS i
 """
@@ -49,17 +52,19 @@ class Drain:
         return self.runs / self.seconds
 
 
-async def prepare(conn: asyncpg.Connection, runs: int) -> None:
+async def prepare(conn: asyncpg.Connection, runs: int, tenants: int, priorities: int) -> None:
     await conn.execute(RESET)
-    await conn.execute(PRELOAD, runs, QUEUE)
-    await conn.execute("VACUUM ANALYZE runs")
+    await conn.execute(PRELOAD, runs, QUEUE, tenants, priorities)
+    await conn.execute("VACUUM ANALYZE live_runs")
 
 
-async def drain(shard: Shard, batch: int, runs: int) -> Drain:
+async def drain(
+    shard: Shard, batch: int, runs: int, tenants: int = 1, priorities: int = 1
+) -> Drain:
     """Preload ``runs`` ready runs, then time claim + complete until none is left."""
     setup = await database.connect(shard)
     try:
-        await prepare(setup, runs)
+        await prepare(setup, runs, tenants, priorities)
     finally:
         await setup.close()
     conns = [await database.connect(shard) for _ in range(CONNECTIONS)]
@@ -110,30 +115,42 @@ def _percentile(values: list[float], fraction: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
 
 
-@register("store", "claim + complete straight against one shard, 2 connections, no HTTP")
+@register("store", "(b) claim + complete straight against one shard, 2 connections, no HTTP")
 async def claim_complete(context: Context) -> list[Table]:
     shard = (await context.migrate(1))[0]
     rows: list[Row] = []
-    for batch in BATCHES:
-        calibration = await drain(shard, batch, CALIBRATION_RUNS[batch])
+    shapes = [(batch, 1, 1) for batch in BATCHES] + [(100, 5, 3)]
+    for batch, tenants, priorities in shapes:
+        calibration = await drain(shard, batch, CALIBRATION_RUNS[batch], tenants, priorities)
         runs = int(calibration.rate * context.seconds)
         runs = max(CALIBRATION_RUNS[batch], min(MAX_RUNS, runs - runs % batch))
-        result = await drain(shard, batch, runs)
+        ceiling_rate = await ceiling.claim_complete(context.database_url, context.seconds / 2)
+        result = await drain(shard, batch, runs, tenants, priorities)
         rows.append(
             {
                 "batch": batch,
+                "tenants x priorities": f"{tenants} x {priorities}",
                 "runs": result.runs,
-                "seconds": round(result.seconds, 2),
                 "runs/s": round(result.rate),
+                "ceiling runs/s": round(ceiling_rate),
+                "vs ceiling": round(result.rate / ceiling_rate, 2),
                 "cycle p50 ms": round(_percentile(result.cycles, 0.5) * 1000, 2),
                 "cycle p99 ms": round(_percentile(result.cycles, 0.99) * 1000, 2),
             }
         )
+        if batch == 100 and tenants == 1:
+            context.figures["store_runs_per_s"] = round(result.rate)
+            context.figures["store_vs_ceiling"] = round(result.rate / ceiling_rate, 3)
+        if tenants > 1:
+            context.figures["store_fair_vs_ceiling"] = round(result.rate / ceiling_rate, 3)
     return [
         Table(
-            "store: claim(batch) + complete(succeeded) on one shard, "
+            "(b) store: claim(batch) + complete(succeeded) on one shard, "
             f"{CONNECTIONS} connections, one process",
             rows,
-            notes=["a cycle is one claim and one completion of what it leased"],
+            notes=[
+                "a cycle is one claim and one completion of what it leased",
+                "ceiling: the raw loop (a), batch 100, measured just before each row",
+            ],
         )
     ]

@@ -8,6 +8,7 @@ would pass every functional test and still take a shard down).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from conftest import TEST_SHARDS, scratch_database
+from conftest import TEMPLATE, TEST_SHARDS, scratch_database
 
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.shards import Shard, ShardMap
@@ -30,7 +31,7 @@ async def empty_url(server_url: str) -> AsyncIterator[str]:
         yield url
 
 
-DAY_PARTITION = re.compile(r"^attempts_\d{8}(_|$)")
+DAY_PARTITION = re.compile(r"^(attempts|finished_runs)_\d{8}(_|$)")
 
 
 def shards_of(url: str, count: int = TEST_SHARDS) -> tuple[Shard, ...]:
@@ -127,18 +128,25 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "audit_log",
         "changed_jobs",
         "definitions",
-        "runs",
+        "enqueue_buckets",
+        "finished_runs",
+        "finished_runs_default",
+        "live_runs",
+        "run_keys",
         "schema_version",
         "shard_epoch",
         "shard_meta",
     }
+    assert {r["relname"] for r in canonical["relations"] if r["relkind"] == "v"} == {"runs"}
     index_names = {i["indexname"] for i in canonical["indexes"]}
     assert {
-        "runs_claimable",
-        "runs_waiting",
-        "runs_leases",
-        "runs_idempotency",
-        "runs_cron_due",
+        "live_runs_claimable",
+        "live_runs_limited",
+        "live_runs_waiting",
+        "live_runs_leased",
+        "run_keys_idempotency",
+        "run_keys_cron_due",
+        "finished_runs_dead",
         "definitions_due",
         "definitions_managed",
         "attempts_run",
@@ -338,26 +346,39 @@ def test_query_files_refuse_ambiguity() -> None:
 
 # --- EXPLAIN guards ----------------------------------------------------------------------
 
-SEED_RUNS = """
-INSERT INTO runs (tenant, job, queue, priority, state, origin, attempt, max_attempts,
-                  retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
-                  fencing_token, lease_expires_at, finished_at, created_at, updated_at)
+SEED_LIVE_RUNS = """
+INSERT INTO live_runs (tenant, job, queue, priority, state, origin, attempt, max_attempts,
+                       retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                       start_deadline, fencing_token, lease_expires_at, created_at,
+                       updated_at, concurrency)
 SELECT 't' || (i % 7), 'job-' || (i % 50), 'default', i % 3, s.state, 'api',
        CASE WHEN s.state = 'ready' THEN 0 ELSE 1 END, 3, 1, 10, 60,
        now() - interval '1 day', now() + (i % 600) * interval '1 second' - interval '5 min',
        CASE WHEN i % 2 = 0 THEN now() + interval '1 hour' END,
        CASE WHEN s.state = 'leased' THEN i END,
        CASE WHEN s.state = 'leased' THEN now() + (i % 60) * interval '1 second' END,
-       CASE WHEN s.state IN ('succeeded', 'dead') THEN now() - i * interval '1 second' END,
-       now(), now()
+       now(), now(), CASE WHEN i % 50 = 7 THEN 2 ELSE 0 END
 FROM generate_series(1, $1) AS i,
 LATERAL (SELECT CASE
-    WHEN i % 100 = 0 THEN 'ready'
-    WHEN i % 100 = 1 THEN 'scheduled'
-    WHEN i % 100 = 2 THEN 'retry_wait'
-    WHEN i % 100 = 3 THEN 'leased'
-    WHEN i % 100 = 4 THEN 'dead'
-    ELSE 'succeeded' END AS state) AS s
+    WHEN i % 4 = 0 THEN 'ready'
+    WHEN i % 4 = 1 THEN 'scheduled'
+    WHEN i % 4 = 2 THEN 'retry_wait'
+    ELSE 'leased' END AS state) AS s
+"""
+SEED_FINISHED_RUNS = """
+INSERT INTO finished_runs (id, tenant, job, queue, priority, state, origin, attempt,
+                           max_attempts, retry_base, retry_max, timeout_seconds, due_at,
+                           ready_at, fencing_token, finished_at, created_at, updated_at)
+SELECT nextval('run_ids'), 't' || (i % 7), 'job-' || (i % 50), 'default', i % 3,
+       CASE WHEN i % 20 = 0 THEN 'dead' ELSE 'succeeded' END, 'api', 1, 3, 1, 10, 60,
+       now() - interval '1 day', now() - interval '1 day', i,
+       now() - i * interval '1 second', now(), now()
+FROM generate_series(1, $1) AS i
+"""
+SEED_RUN_KEYS = """
+INSERT INTO run_keys (tenant, job, due_at, idempotency_key, run_id, created_at)
+SELECT tenant, job, due_at + id * interval '1 second', 'key-' || id, id, created_at
+FROM runs
 """
 
 
@@ -375,6 +396,7 @@ def _index_names(plan: Any) -> set[str]:
     if isinstance(plan, dict):
         if "Index Name" in plan:
             found.add(plan["Index Name"])
+        found.update(plan.get("Conflict Arbiter Indexes", ()))
         for value in plan.values():
             found |= _index_names(value)
     elif isinstance(plan, list):
@@ -383,40 +405,130 @@ def _index_names(plan: Any) -> set[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+async def busy_url(server_url: str, template_url: str) -> AsyncIterator[str]:
+    """Shard 0 holding 20 000 live runs and 20 000 finished ones, seeded once for the
+    plan guards (each runs its statement in a transaction it rolls back)."""
+    async with scratch_database(server_url, "tickwork_busy", TEMPLATE) as url:
+        conn = await database.connect(shards_of(url)[0])
+        try:
+            await conn.execute(SEED_LIVE_RUNS, 20_000)
+            await conn.execute(SEED_FINISHED_RUNS, 20_000)
+            await conn.execute(SEED_RUN_KEYS)
+            await conn.execute(SEED_AUDIT, 20_000)
+            await conn.execute("ANALYZE live_runs; ANALYZE finished_runs; ANALYZE run_keys")
+            await conn.execute("ANALYZE audit_log")
+        finally:
+            await conn.close()
+        yield url
+
+
 @pytest.fixture
-async def busy_shard(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """Shard 0 holding 20 000 runs, almost all of them finished, as in production."""
-    conn = await database.connect(shards_of(database_url)[0])
+async def busy_shard(busy_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await database.connect(shards_of(busy_url)[0])
     try:
-        await conn.execute(SEED_RUNS, 20_000)
-        await conn.execute(SEED_AUDIT, 20_000)
-        await conn.execute("ANALYZE runs")
-        await conn.execute("ANALYZE audit_log")
         yield conn
     finally:
         await conn.close()
 
 
+DUE = datetime(2026, 3, 15, 2, 0, tzinfo=UTC)
+PASSES = [0.0, 0.0, 0.0]
+WEIGHTS = [0.7, 0.25, 0.05]
+
+
 @pytest.mark.parametrize(
-    ("query", "args", "index"),
+    ("query", "args", "indexes"),
     [
-        ("claim", (["default"], 10, "w-1", None, 30.0), "runs_claimable"),
-        ("promote_due", (5000, None), "runs_waiting"),
-        ("lock_expired", (None, 1000), "runs_leases"),
-        ("skip_past_deadline", (5000, None), "runs_start_deadline"),
-        ("dead_runs", ("t1", None, None, None, 50), "runs_dead"),
-        ("audit_of_tenant", ("t1", None, None, 50), "audit_log_tenant_at"),
-        ("audit_of_tenant", ("t1", LATER, 5000, 50), "audit_log_tenant_at"),
-        ("audit_of_job", ("t1", "job-1", None, None, 50), "audit_log_job_at"),
-        ("audit_of_job", ("t1", "job-1", LATER, 5000, 50), "audit_log_job_at"),
+        (
+            "claim",
+            (["default"], 10, "w-1", None, 30.0, None, PASSES, WEIGHTS, 1),
+            {"live_runs_claimable", "live_runs_limited", "live_runs_limited_leased"},
+        ),
+        ("promote_due", (500, None), {"live_runs_waiting"}),
+        ("lock_expired", (None, 1000), {"live_runs_leased"}),
+        ("skip_past_deadline", (500, None), {"live_runs_start_deadline"}),
+        (
+            "dead_runs",
+            ("t1", None, None, None, 50),
+            {"finished_runs_*_tenant_finished_at_id_idx"},
+        ),
+        ("complete_succeeded", ([5, 9], [1, 2], None), {"live_runs_pkey"}),
+        ("run_by_id", (5,), {"live_runs_pkey", "finished_runs_*_id_idx"}),
+        (
+            "insert_planned_runs",
+            (
+                ["t1"],
+                ["job-1"],
+                ["default"],
+                [1],
+                ["cron"],
+                [3],
+                [1.0],
+                [10.0],
+                [60],
+                [DUE],
+                [DUE],
+                [None],
+                ["t1/job-1@x"],
+                [None],
+                [0],
+                [0],
+                [False],
+                None,
+            ),
+            # ON CONFLICT DO NOTHING arbitrates on every unique index of run_keys.
+            set(),
+        ),
+        ("audit_of_tenant", ("t1", None, None, 50), {"audit_log_tenant_at"}),
+        ("audit_of_tenant", ("t1", LATER, 5000, 50), {"audit_log_tenant_at"}),
+        ("audit_of_job", ("t1", "job-1", None, None, 50), {"audit_log_job_at"}),
+        ("audit_of_job", ("t1", "job-1", LATER, 5000, 50), {"audit_log_job_at"}),
     ],
 )
-async def test_hot_queries_use_their_partial_index(
-    busy_shard: asyncpg.Connection, query: str, args: tuple[Any, ...], index: str
+async def test_hot_queries_use_their_index(
+    busy_shard: asyncpg.Connection, query: str, args: tuple[Any, ...], indexes: set[str]
 ) -> None:
+    """The plan reads each table through the index written for it, and scans none of
+    the big ones (live_runs, finished_runs, run_keys) sequentially."""
     sql = queries.get(query)
     # Parameters added later (optional filters) are passed as NULL.
     wanted = len((await busy_shard.prepare(sql)).get_parameters())
     args = args + (None,) * (wanted - len(args))
-    plan = await busy_shard.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
-    assert index in _index_names(json.loads(plan)), plan
+    plan: Any = None
+    with contextlib.suppress(_RolledBack):
+        async with busy_shard.transaction():
+            # The plan of what actually ran (ANALYZE), then rolled back.
+            plan = json.loads(
+                await busy_shard.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+            )
+            raise _RolledBack
+    # A partition's index is named after its partition: finished_runs_*_id_idx.
+    used = {PARTITION_OF_HISTORY.sub("finished_runs_*_", name) for name in _index_names(plan)}
+    assert indexes <= used, (used, plan)
+    scanned = {PARTITION_OF_HISTORY.sub("finished_runs_*_", name) for name in _seq_scans(plan)}
+    assert not scanned & {"live_runs", "finished_runs_*_", "run_keys"}, plan
+
+
+PARTITION_OF_HISTORY = re.compile(r"^finished_runs_(default|\d{8})(_|$)")
+
+
+class _RolledBack(Exception):
+    pass
+
+
+def _seq_scans(plan: Any) -> set[str]:
+    """Relations read by a sequential scan over more than a few hundred rows (a
+    partition still empty is scanned, rightly: there is nothing to index)."""
+    found: set[str] = set()
+    if isinstance(plan, dict):
+        if plan.get("Node Type") == "Seq Scan":
+            read = plan.get("Actual Rows", 0) * plan.get("Actual Loops", 1)
+            if read + plan.get("Rows Removed by Filter", 0) > 500:
+                found.add(plan["Relation Name"])
+        for value in plan.values():
+            found |= _seq_scans(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            found |= _seq_scans(value)
+    return found

@@ -95,9 +95,10 @@ class Authenticator(Protocol):
 
 
 class TokenEntry(BaseModel):
-    """One entry of a tokens file: ``{token, tenant, role, queues}`` (and a ``name``)."""
+    """One entry of a tokens file: ``{token, tenant, role, queues}`` (and a ``name``),
+    optionally with the tenant's quotas."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     token: str = Field(
         min_length=16, description="The bearer token (16+ characters, no whitespace)."
@@ -110,6 +111,16 @@ class TokenEntry(BaseModel):
         "act on every queue of their tenant and may leave it out or empty).",
     )
     name: str | None = Field(default=None, description="Who holds it, for audit logs.")
+    # The tenant's quotas (any token of the tenant may carry them; unset: the defaults).
+    enqueue_rate: float | None = Field(
+        default=None, alias="enqueueRate", gt=0, description="Enqueues per second."
+    )
+    enqueue_burst: float | None = Field(
+        default=None, alias="enqueueBurst", ge=1, description="Enqueues at once above the rate."
+    )
+    max_pending_runs: int | None = Field(
+        default=None, alias="maxPendingRuns", ge=1, description="Runs waiting at most."
+    )
 
     @field_validator("token")
     @classmethod
@@ -150,7 +161,9 @@ class StaticTokens:
 
     def __init__(self, entries: Iterable[TokenEntry]) -> None:
         self._by_digest: dict[bytes, tuple[bytes, Principal]] = {}
+        self.quota_overrides: dict[str, dict[str, float | int]] = {}
         for index, entry in enumerate(entries):
+            self._add_quotas(index, entry)
             if entry.role is Role.worker and not entry.queues:
                 raise ValueError(f"token #{index + 1}: a worker token must list at least one queue")
             digest = _digest(entry.token)
@@ -164,6 +177,27 @@ class StaticTokens:
             )
             self._by_digest[digest] = (digest, principal)
 
+    def _add_quotas(self, index: int, entry: TokenEntry) -> None:
+        given = {
+            key: value
+            for key, value in (
+                ("enqueue_rate", entry.enqueue_rate),
+                ("enqueue_burst", entry.enqueue_burst),
+                ("max_pending_runs", entry.max_pending_runs),
+            )
+            if value is not None
+        }
+        known = self.quota_overrides.setdefault(entry.tenant, {})
+        for key, value in given.items():
+            if known.get(key, value) != value:
+                raise ValueError(
+                    f"token #{index + 1}: tenant {entry.tenant!r} is given two different "
+                    f"{key} quotas"
+                )
+            known[key] = value
+        if not known:
+            del self.quota_overrides[entry.tenant]
+
     async def authenticate(self, token: str) -> Principal | None:
         digest = _digest(token)
         found = self._by_digest.get(digest)
@@ -173,7 +207,8 @@ class StaticTokens:
 
     @classmethod
     def from_file(cls, path: Path) -> StaticTokens:
-        """Load a YAML list of ``{token, tenant, role, queues}``."""
+        """Load a YAML list of ``{token, tenant, role, queues, name}``, optionally with
+        the tenant's quotas (``enqueueRate``, ``enqueueBurst``, ``maxPendingRuns``)."""
         try:
             document = yaml.safe_load(path.read_text("utf-8"))
         except (OSError, yaml.YAMLError) as error:

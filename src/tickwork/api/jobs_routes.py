@@ -86,10 +86,11 @@ async def _owned_run(
     return run, attempts
 
 
-def _admit(svc: Services, tenant: str, runs: int) -> None:
-    """The tenant's enqueue rate quota (429 quota-exceeded with Retry-After)."""
+async def _admit(svc: Services, tenant: str, runs: int) -> None:
+    """The tenant's quotas: enqueue rate and pending runs (429 quota-exceeded with
+    Retry-After)."""
     if svc.quota is not None:
-        svc.quota.take(tenant, runs)
+        await svc.quota.admit(tenant, runs)
 
 
 def _cursor_problem(error: TickworkError | ValueError) -> InvalidRequest:
@@ -239,7 +240,7 @@ async def enqueue(
     _job_name(name)
     body = await bodies.model(request, models.EnqueueRequest, required=False)
     body = body or models.EnqueueRequest()
-    _admit(svc, owner, 1)
+    await _admit(svc, owner, 1)
     payload_given = "payload" in body.model_fields_set
     run, created = await svc.jobs.enqueue(
         owner,
@@ -320,7 +321,7 @@ async def enqueue_batch(
             )
         )
     if requests:
-        _admit(svc, owner, len(requests))
+        await _admit(svc, owner, len(requests))
     enqueued = iter(
         await svc.jobs.enqueue_many(owner, name, requests, caller.subject) if requests else []
     )

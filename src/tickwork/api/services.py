@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -9,11 +11,12 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import PRINCIPAL, Authenticator, Principal
-from tickwork.core import limits
+from tickwork.core import fairness, limits
+from tickwork.engine import quotas
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
-from tickwork.engine.quotas import EnqueueQuota
+from tickwork.engine.quotas import Admission
 from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
 
@@ -27,9 +30,15 @@ class ApiSettings:
     long_poll_recheck_seconds: float = 5.0
     default_page_size: int = limits.DEFAULT_PAGE_SIZE
     max_page_size: int = limits.MAX_PAGE_SIZE
-    # Enqueues per tenant per API process: a sustained rate and the burst above it.
-    enqueue_rate: float = 1000.0
-    enqueue_burst: float = 5000.0
+    # Per tenant, shared by every API process: a sustained enqueue rate, the burst above
+    # it, and the most runs waiting (scheduled, ready, retry_wait). The tokens file may
+    # set them per tenant.
+    enqueue_rate: float = quotas.DEFAULT_ENQUEUE_RATE
+    enqueue_burst: float = quotas.DEFAULT_ENQUEUE_BURST
+    max_pending_runs: int = quotas.DEFAULT_MAX_PENDING_RUNS
+    quota_overrides: Mapping[str, Mapping[str, float | int]] = field(default_factory=dict)
+    # Claims split critical/default/bulk by these weights when all have ready work.
+    priority_weights: tuple[float, float, float] = fairness.DEFAULT_WEIGHTS
     # /readyz answers within this many seconds even when a shard's link hangs.
     readiness_timeout_seconds: float = 1.0
     # A request body must have arrived whole this many seconds after its headers.
@@ -41,6 +50,16 @@ class ApiSettings:
     ui_session_seconds: int = 8 * 3600
     ui_poll_seconds: float = 5.0
 
+    def tenant_limits(self) -> dict[str, quotas.TenantLimits]:
+        defaults = self.default_limits()
+        return {
+            tenant: dataclasses.replace(defaults, **given)  # type: ignore[arg-type]
+            for tenant, given in self.quota_overrides.items()
+        }
+
+    def default_limits(self) -> quotas.TenantLimits:
+        return quotas.TenantLimits(self.enqueue_rate, self.enqueue_burst, self.max_pending_runs)
+
 
 @dataclass
 class Services:
@@ -51,11 +70,16 @@ class Services:
     authenticator: Authenticator
     metrics: Metrics
     settings: ApiSettings = field(default_factory=ApiSettings)
-    quota: EnqueueQuota | None = None
+    quota: Admission | None = None
 
     def __post_init__(self) -> None:
         if self.quota is None:
-            self.quota = EnqueueQuota(self.settings.enqueue_rate, self.settings.enqueue_burst)
+            self.quota = quotas.TenantQuotas(
+                self.database,
+                self.settings.default_limits(),
+                self.settings.tenant_limits(),
+                self.jobs.clock,
+            )
 
 
 def services(request: Request) -> Services:

@@ -230,8 +230,13 @@ async def lease(request: Request) -> Response:
         )
     tenant = None if caller.role is Role.admin else caller.tenant
 
-    async def claim() -> list[Lease]:
-        return await svc.dispatcher.lease(queues, limit, worker_id, lease_seconds, tenant)
+    async def claim(prefer: set[int] | None = None) -> list[Lease]:
+        shards = sorted(prefer) if prefer else ()
+        if prefer:
+            prefer.clear()
+        return await svc.dispatcher.lease(
+            queues, limit, worker_id, lease_seconds, tenant, prefer=shards
+        )
 
     granted = await claim()
     if not granted and wait > 0:
@@ -246,7 +251,7 @@ async def lease(request: Request) -> Response:
                 if remaining <= 0 or await request.is_disconnected():
                     break
                 await waiter.wait(min(remaining, svc.settings.long_poll_recheck_seconds))
-                granted = await claim()
+                granted = await claim(waiter.shards)
         if granted and await request.is_disconnected():
             # The worker gave up waiting: nobody would heartbeat these leases, and the
             # runs would sit out the lease and lose an attempt. Give them back.

@@ -72,6 +72,16 @@ def _keep_token(path: Path, token: str) -> None:
 
 
 @dataclass(frozen=True)
+class _Quotas:
+    """The quota options, the same as ``tickwork dispatcher``'s."""
+
+    enqueue_rate: float
+    enqueue_burst: float
+    max_pending_runs: int
+    priority_weights: options.Weights
+
+
+@dataclass(frozen=True)
 class _Settings:
     shard_map: ShardMap
     listener: socket.socket
@@ -81,6 +91,7 @@ class _Settings:
     tokens_file: Path | None
     manifest_dir: Path | None
     demo_worker: bool
+    api: ApiSettings
 
 
 @click.command()
@@ -132,6 +143,7 @@ class _Settings:
     help="Also run the demo worker for the example jobs (with a worker token of its own), "
     "and enqueue one run of each job at start.",
 )
+@options.quota_options
 def dev(
     port: int,
     shards: int,
@@ -140,13 +152,27 @@ def dev(
     manifest_dir: Path | None,
     tokens_file: Path | None,
     demo_worker: bool,
+    enqueue_rate: float,
+    enqueue_burst: float,
+    max_pending_runs: int,
+    priority_weights: options.Weights,
 ) -> None:
     """Every role in one process: for a laptop, a demo or a test."""
     options.configure_logging()
     # Before anything starts: a taken port is the most common way this fails.
     listener = options.listen("dev", HOST, port)
+    quotas = _Quotas(enqueue_rate, enqueue_burst, max_pending_runs, priority_weights)
     try:
-        _dev(listener, shards, data_dir, database_urls, manifest_dir, tokens_file, demo_worker)
+        _dev(
+            listener,
+            shards,
+            data_dir,
+            database_urls,
+            manifest_dir,
+            tokens_file,
+            demo_worker,
+            quotas,
+        )
     finally:
         listener.close()  # a no-op once the HTTP server has taken it
 
@@ -159,6 +185,7 @@ def _dev(
     manifest_dir: Path | None,
     tokens_file: Path | None,
     demo_worker: bool,
+    quotas: _Quotas,
 ) -> None:
     tokens: Authenticator
     admin_token = token_file = None
@@ -195,6 +222,13 @@ def _dev(
             tokens_file=tokens_file,
             manifest_dir=manifest_dir,
             demo_worker=demo_worker,
+            api=options.api_settings(
+                quotas.enqueue_rate,
+                quotas.enqueue_burst,
+                quotas.max_pending_runs,
+                quotas.priority_weights,
+                tokens,
+            ),
         )
         try:
             runtime.run(_run(settings))
@@ -228,9 +262,7 @@ async def _run(settings: _Settings) -> None:
             else:
                 demos = []
             metrics = Metrics()
-            services = runtime.api_services(
-                database, authenticator, metrics, ApiSettings(ui_secret=options.ui_secret())
-            )
+            services = runtime.api_services(database, authenticator, metrics, settings.api)
             http = http_server.HttpServer(create_app(services), HOST, sock=settings.listener)
             url = await http.start()
             loops.append(Scheduler(database, metrics=metrics).run)

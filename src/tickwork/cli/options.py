@@ -12,7 +12,10 @@ from typing import Any, TypeVar
 import click
 
 from tickwork.api import server
+from tickwork.api.services import ApiSettings
+from tickwork.core import fairness
 from tickwork.core.shards import DEFAULT_SHARD_COUNT, ShardMap
+from tickwork.engine import quotas
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,20 +97,69 @@ def ui_secret() -> str | None:
 
 
 def quota_options(function: F) -> F:
+    """Tenant quotas and priority weights: the same for ``dispatcher`` and ``dev``."""
+    function = click.option(
+        "--priority-weights",
+        envvar="TICKWORK_PRIORITY_WEIGHTS",
+        default="70/25/5",
+        show_default=True,
+        callback=_weights,
+        help="Shares of claims for critical/default/bulk when all have ready work; an "
+        "idle priority's share goes to the others. [env TICKWORK_PRIORITY_WEIGHTS]",
+    )(function)
+    function = click.option(
+        "--max-pending-runs",
+        type=click.IntRange(min=1),
+        envvar="TICKWORK_MAX_PENDING_RUNS",
+        default=quotas.DEFAULT_MAX_PENDING_RUNS,
+        show_default=True,
+        help="Runs a tenant may have waiting (scheduled, ready, retry_wait); over it: 429 "
+        "quota-exceeded. The tokens file may set maxPendingRuns per tenant. "
+        "[env TICKWORK_MAX_PENDING_RUNS]",
+    )(function)
     function = click.option(
         "--enqueue-burst",
         type=click.FloatRange(min=1),
         envvar="TICKWORK_ENQUEUE_BURST",
-        default=5000.0,
+        default=quotas.DEFAULT_ENQUEUE_BURST,
         show_default=True,
-        help="Enqueues a tenant may make at once above the rate. [env TICKWORK_ENQUEUE_BURST]",
+        help="Enqueues a tenant may make at once above the rate (enqueueBurst per tenant "
+        "in the tokens file). [env TICKWORK_ENQUEUE_BURST]",
     )(function)
     return click.option(
         "--enqueue-rate",
         type=click.FloatRange(min=0, min_open=True),
         envvar="TICKWORK_ENQUEUE_RATE",
-        default=1000.0,
+        default=quotas.DEFAULT_ENQUEUE_RATE,
         show_default=True,
-        help="Enqueues per second per tenant per API process; over it: 429 quota-exceeded. "
-        "[env TICKWORK_ENQUEUE_RATE]",
+        help="Enqueues per second per tenant, across every dispatcher (enqueueRate per "
+        "tenant in the tokens file); over it: 429 quota-exceeded. [env TICKWORK_ENQUEUE_RATE]",
     )(function)
+
+
+def _weights(_context: click.Context, _parameter: click.Parameter, value: str) -> Weights:
+    try:
+        return fairness.parse_weights(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
+Weights = tuple[float, float, float]
+
+
+def api_settings(
+    enqueue_rate: float,
+    enqueue_burst: float,
+    max_pending_runs: int,
+    priority_weights: Weights,
+    authenticator: object,
+) -> ApiSettings:
+    """The API settings the quota options give, with the tokens file's per-tenant quotas."""
+    return ApiSettings(
+        enqueue_rate=enqueue_rate,
+        enqueue_burst=enqueue_burst,
+        max_pending_runs=max_pending_runs,
+        priority_weights=priority_weights,
+        quota_overrides=getattr(authenticator, "quota_overrides", {}),
+        ui_secret=ui_secret(),
+    )

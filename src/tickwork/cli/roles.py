@@ -11,7 +11,6 @@ from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
 from tickwork.api.edge import EdgeLimits
 from tickwork.api.server import HttpServer
-from tickwork.api.services import ApiSettings
 from tickwork.cli import options, runtime
 from tickwork.core.errors import SchemaMismatch
 from tickwork.engine.metrics import Metrics
@@ -76,7 +75,8 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="TICKWORK_TOKENS_FILE",
     required=True,
-    help="YAML list of {token, tenant, role, queues}. [env TICKWORK_TOKENS_FILE]",
+    help="YAML list of {token, tenant, role, queues}, optionally with the tenant's "
+    "enqueueRate, enqueueBurst, maxPendingRuns. [env TICKWORK_TOKENS_FILE]",
 )
 @click.option(
     "--max-connections",
@@ -97,6 +97,8 @@ def dispatcher(
     max_connections: int,
     enqueue_rate: float,
     enqueue_burst: float,
+    max_pending_runs: int,
+    priority_weights: options.Weights,
 ) -> None:
     """Serve the HTTP API and the dashboard at /ui/ (stateless; run as many as needed:
     give them all the same TICKWORK_UI_SECRET so a dashboard session works on each)."""
@@ -113,10 +115,8 @@ def dispatcher(
         remove = runtime.stop_on_signals(stop)
         try:
             async with Database(shard_map) as database:
-                settings = ApiSettings(
-                    enqueue_rate=enqueue_rate,
-                    enqueue_burst=enqueue_burst,
-                    ui_secret=options.ui_secret(),
+                settings = options.api_settings(
+                    enqueue_rate, enqueue_burst, max_pending_runs, priority_weights, tokens
                 )
                 services = runtime.api_services(database, tokens, Metrics(), settings)
                 limits = EdgeLimits(max_connections=max_connections)

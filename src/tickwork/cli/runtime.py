@@ -10,6 +10,7 @@ from typing import Any
 
 from tickwork.api.auth import Authenticator
 from tickwork.api.services import ApiSettings, Services
+from tickwork.core.fairness import PriorityShares
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
@@ -23,14 +24,15 @@ def api_services(
     metrics: Metrics,
     settings: ApiSettings | None = None,
 ) -> Services:
+    settings = settings or ApiSettings()
     return Services(
         database=database,
         jobs=Jobs(database),
-        dispatcher=Dispatcher(database),
+        dispatcher=Dispatcher(database, shares=PriorityShares(settings.priority_weights)),
         signal=ReadySignal(database.shard_map),
         authenticator=authenticator,
         metrics=metrics,
-        settings=settings or ApiSettings(),
+        settings=settings,
     )
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import NotFound, TickworkError
+from tickwork.core.fairness import PriorityShares
 from tickwork.core.records import (
     UNRESTRICTED,
     Beat,
@@ -57,10 +58,13 @@ class Dispatcher:
         database: Database,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        shares: PriorityShares | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
         self.rng = rng
+        # The stride passes of the priority weights, carried from one claim to the next.
+        self.shares = shares or PriorityShares()
         self._start = itertools.count()
 
     async def lease(
@@ -70,13 +74,18 @@ class Dispatcher:
         worker_id: str,
         lease_seconds: float,
         tenant: str | None = None,
+        prefer: Iterable[int] = (),
     ) -> list[Lease]:
-        """Claim up to ``limit`` runs of ``queues``, visiting shards round-robin."""
+        """Claim up to ``limit`` runs of ``queues``, visiting shards round-robin (the
+        ``prefer`` shards first: those that just notified ready runs)."""
         count = self.database.shard_count
         first = next(self._start) % count
         granted: list[Lease] = []
-        for offset in range(count):
-            shard = (first + offset) % count
+        preferred = [shard for shard in prefer if 0 <= shard < count]
+        order = preferred + [
+            shard for shard in ((first + n) % count for n in range(count)) if shard not in preferred
+        ]
+        for shard in order:
             async with self.database.connection(shard) as conn:
                 granted += await leases.claim(
                     conn,
@@ -87,6 +96,7 @@ class Dispatcher:
                     lease_seconds,
                     self.clock.now(),
                     tenant,
+                    self.shares,
                 )
             if len(granted) >= limit:
                 break

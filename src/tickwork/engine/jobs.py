@@ -209,11 +209,16 @@ class Jobs:
                 )
         merged = list(heapq.merge(*per_shard, key=lambda d: d.name))
         page = merged[:limit]
-        views = []
+        # One grouped read per shard that holds a job of the page, not one per job.
+        by_shard: dict[int, list[str]] = {}
         for definition in page:
-            async with self.database.connection(definition.shard) as conn:
-                summary = await runs.summary_of_job(conn, definition.shard, tenant, definition.name)
-            views.append(JobView(definition, summary))
+            by_shard.setdefault(definition.shard, []).append(definition.name)
+        summaries: dict[tuple[int, str], JobRunSummary] = {}
+        for shard, names in by_shard.items():
+            async with self.database.connection(shard) as conn:
+                found = await runs.summaries_of_jobs(conn, shard, tenant, names)
+            summaries.update(((shard, name), summary) for name, summary in found.items())
+        views = [JobView(d, summaries[(d.shard, d.name)]) for d in page]
         more = len(merged) > limit
         return views, (page[-1].name if more and page else None)
 
@@ -378,11 +383,11 @@ class Jobs:
                 await definitions.get(conn, shard, tenant, name)  # raises NotFound
                 raise AssertionError("unreachable")
             now = await database_now(conn, self.clock)
+            news = [self._new_run(definition, r, now) for r in requests]
+            inserted = await runs.insert_many(conn, shard, news, self.clock.now())
             results: list[tuple[Run, bool] | IdempotencyKeyReused] = []
             created = 0
-            for request in requests:
-                new = self._new_run(definition, request, now)
-                run, was_created = await runs.insert(conn, shard, new, self.clock.now())
+            for request, (run, was_created) in zip(requests, inserted, strict=True):
                 created += was_created
                 try:
                     if not was_created:

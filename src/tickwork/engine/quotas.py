@@ -1,17 +1,52 @@
-"""Per-tenant enqueue rate limits: a token bucket per tenant.
+"""Per-tenant quotas: an enqueue rate (token bucket) and a cap on pending runs.
 
-A runaway enqueue loop in one team must not fill the shards for everyone. Each API
-process keeps its own buckets (N dispatchers admit up to N times the rate); the clock is
-injected so tests need not wait for refills.
+A runaway enqueue loop in one team must not fill the shards for everyone. Over a quota
+an enqueue gets ``429 quota-exceeded`` with ``Retry-After``.
+
+``TenantQuotas`` keeps the accounting in PostgreSQL, so the limits hold across every
+dispatcher replica: the bucket is one row per tenant (on the shard a hash of the tenant
+picks), taken in one statement per request, whatever the batch size. The pending count
+is read from the shards at most every few seconds and advanced locally in between, so
+replicas together may overshoot the cap by what they admit in that window.
+
+``EnqueueQuota`` is the same bucket held in one process (each API process its own).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final, Protocol
 
+from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import QuotaExceeded
+from tickwork.store import quotas
+from tickwork.store.database import Database
+
+DEFAULT_ENQUEUE_RATE: Final = 1000.0
+DEFAULT_ENQUEUE_BURST: Final = 5000.0
+DEFAULT_MAX_PENDING_RUNS: Final = 1_000_000
+# How old a pending count may be when the tenant is far from / near its cap.
+_PENDING_FRESH_SECONDS: Final = 10.0
+_PENDING_NEAR_SECONDS: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    enqueue_rate: float = DEFAULT_ENQUEUE_RATE
+    enqueue_burst: float = DEFAULT_ENQUEUE_BURST
+    max_pending_runs: int = DEFAULT_MAX_PENDING_RUNS
+
+    def __post_init__(self) -> None:
+        if self.enqueue_rate <= 0 or self.enqueue_burst < 1 or self.max_pending_runs < 1:
+            raise ValueError("quotas need enqueueRate > 0, enqueueBurst >= 1, maxPendingRuns >= 1")
+
+
+class Admission(Protocol):
+    async def admit(self, tenant: str, runs: int) -> None:
+        """Admit ``runs`` enqueues for ``tenant`` or raise ``QuotaExceeded``."""
 
 
 @dataclass
@@ -34,6 +69,9 @@ class EnqueueQuota:
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
 
+    async def admit(self, tenant: str, runs: int) -> None:
+        self.take(tenant, runs)
+
     def take(self, tenant: str, runs: int = 1) -> None:
         """Admit ``runs`` enqueues for ``tenant`` or raise ``QuotaExceeded``."""
         now = self._clock()
@@ -44,9 +82,76 @@ class EnqueueQuota:
         bucket.at = now
         if runs > bucket.tokens:
             wait = (runs - bucket.tokens) / self.rate
-            raise QuotaExceeded(
-                f"tenant {tenant!r} is over its enqueue rate ({self.rate:g} runs/s, bursts of "
-                f"{self.burst:g}); retry in {wait:.1f} s",
-                retry_after=wait,
-            )
+            raise _over_rate(tenant, self.rate, self.burst, wait)
         bucket.tokens -= runs
+
+
+def _over_rate(tenant: str, rate: float, burst: float, wait: float) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"tenant {tenant!r} is over its enqueue rate ({rate:g} runs/s, bursts of "
+        f"{burst:g}); retry in {wait:.1f} s",
+        retry_after=wait,
+    )
+
+
+@dataclass
+class _Pending:
+    count: int
+    at: float
+
+
+class TenantQuotas:
+    """Quotas shared by every replica through PostgreSQL (see the module docstring)."""
+
+    def __init__(
+        self,
+        database: Database,
+        defaults: TenantLimits | None = None,
+        per_tenant: Mapping[str, TenantLimits] | None = None,
+        clock: Clock | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.database = database
+        self.defaults = defaults or TenantLimits()
+        self.per_tenant = dict(per_tenant or {})
+        self.clock = clock or DatabaseClock()
+        self._monotonic = monotonic
+        self._pending: dict[str, _Pending] = {}
+
+    def limits_of(self, tenant: str) -> TenantLimits:
+        return self.per_tenant.get(tenant, self.defaults)
+
+    async def admit(self, tenant: str, runs: int) -> None:
+        limits = self.limits_of(tenant)
+        pending = await self._pending_count(tenant, limits.max_pending_runs)
+        if pending + runs > limits.max_pending_runs:
+            raise QuotaExceeded(
+                f"tenant {tenant!r} has {pending} pending runs, its limit is "
+                f"{limits.max_pending_runs}; retry when some have run",
+                retry_after=_PENDING_NEAR_SECONDS,
+            )
+        shard = self.database.shard_map.shard_of(tenant, "")
+        async with self.database.connection(shard) as conn:
+            take = await quotas.take_enqueue_tokens(
+                conn, tenant, runs, limits.enqueue_rate, limits.enqueue_burst, self.clock.now()
+            )
+        if not take.admitted:
+            wait = (runs - take.tokens_left) / limits.enqueue_rate
+            raise _over_rate(tenant, limits.enqueue_rate, limits.enqueue_burst, wait)
+        self._pending[tenant].count += runs
+
+    async def _pending_count(self, tenant: str, limit: int) -> int:
+        now = self._monotonic()
+        known = self._pending.get(tenant)
+        if known is not None:
+            fresh = _PENDING_NEAR_SECONDS if known.count * 2 > limit else _PENDING_FRESH_SECONDS
+            if now - known.at < fresh:
+                return known.count
+
+        async def one(shard: int) -> int:
+            async with self.database.connection(shard) as conn:
+                return await quotas.pending_runs(conn, tenant, limit + 1)
+
+        counts = await asyncio.gather(*(one(s) for s in range(self.database.shard_count)))
+        self._pending[tenant] = _Pending(sum(counts), now)
+        return sum(counts)

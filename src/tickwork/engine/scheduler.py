@@ -114,19 +114,19 @@ class Scheduler:
         return report
 
     async def _maintain(self, conn: Connection, shard: int) -> None:
-        """Hourly: attempt-history partitions ahead, expired ones dropped."""
+        """Hourly: run-history partitions ahead, expired ones dropped."""
         moment = asyncio.get_running_loop().time()
         last = self._maintained.get(shard)
         if last is not None and moment - last < self.maintenance_interval:
             return
         now = self.clock.now()
-        created = await retention.ensure_partitions(conn, now)
+        created = await retention.ensure_all_partitions(conn, now)
         dropped = await retention.drop_expired(conn, now, self.retention_days)
         # Only once it worked: a pass cut short by an outage tries again next pass.
         self._maintained[shard] = moment
         if created or dropped:
             logger.info(
-                "shard %d: attempt partitions created %s, dropped %s",
+                "shard %d: history partitions created %s, dropped %s",
                 shard,
                 created,
                 dropped,

@@ -48,6 +48,8 @@ def server_settings(shard: Shard) -> dict[str, str]:
         "search_path": shard.schema,
         "application_name": f"tickwork-shard-{shard.number}",
         "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT,
+        # Short statements only: compiling one (the claim) took longer than running it.
+        "jit": "off",
     }
 
 

@@ -14,7 +14,7 @@ from tickwork.store.database import Connection
 DEAD_RUNS: Final = queries.get("dead_runs")
 REPLAY_DEAD: Final = queries.get("replay_dead")
 DISCARD_DEAD: Final = queries.get("discard_dead")
-LOCK_RUN: Final = queries.get("lock_run")
+RUN_BY_ID: Final = queries.get("run_by_id")
 
 
 async def list_dead(
@@ -58,7 +58,7 @@ async def discard(
 
 async def _refusal(conn: Connection, shard: int, run_id: int, verb: str) -> NotFound | InvalidState:
     public = shards.format_run_id(shard, run_id)
-    row = await conn.fetchrow(LOCK_RUN, run_id)
+    row = await conn.fetchrow(RUN_BY_ID, run_id)
     if row is None:
         return NotFound(f"no run {public!r}", field="runId")
     return InvalidState(

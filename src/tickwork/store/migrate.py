@@ -113,7 +113,7 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
         # maintenance: without today's partition those attempts would land in the
         # default partition for good (and the scheduler would warn about it at every
         # start that day). A migrated shard is ready to store attempts by day.
-        await retention.ensure_partitions(conn)
+        await retention.ensure_all_partitions(conn)
     return applied_now
 
 

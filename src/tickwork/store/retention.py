@@ -1,15 +1,18 @@
-"""Attempt history retention: one partition of ``attempts`` per UTC day.
+"""Run history retention: one partition of ``attempts`` and of ``finished_runs`` per
+UTC day.
 
 Partitions are created a few days ahead, so rows never land in the default partition
-while the scheduler runs; history older than the retention is a partition drop, not a
-``DELETE``. A day whose rows already sit in the default partition (the scheduler was
-down for days) keeps them there, and retention deletes them row by row.
+while the scheduler runs; history older than the retention (30 days by default) is a
+partition drop, not a ``DELETE``. A day whose rows already sit in the default partition
+(the scheduler was down for days, or the rows came from before version 5) keeps them
+there, and retention deletes them row by row. Run keys (cron fire times, idempotency
+keys) of runs no longer live are forgotten after the same retention.
 
 Several schedulers (or ``tickwork dev``) may maintain the same shard at once: each
 maintenance runs in one transaction holding a lock per shard, so they take turns.
-Partition names come from a fixed pattern (``attempts_YYYYMMDD``), are checked against
-it, and reach the DDL through PostgreSQL's ``format('%I')``; the bounds are bound
-parameters.
+Partition names come from a fixed pattern (``attempts_YYYYMMDD``,
+``finished_runs_YYYYMMDD``), are checked against it, and reach the DDL through
+PostgreSQL's ``format('%I')``; the bounds are bound parameters.
 """
 
 from __future__ import annotations
@@ -27,45 +30,63 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_DAYS: Final = 30
 DAYS_AHEAD: Final = 3
-_PARTITION: Final = re.compile(r"^attempts_(\d{8})$")
+# The day-partitioned tables (a fixed allow-list: their names go into DDL).
+PARTITIONED: Final = ("attempts", "finished_runs")
+_PARTITION: Final = re.compile(r"^(attempts|finished_runs)_(\d{8})$")
 
-LIST_PARTITIONS: Final = """
+LIST_PARTITIONS_OF: Final = """
 SELECT child.relname AS name
 FROM pg_inherits
 JOIN pg_class AS parent ON parent.oid = pg_inherits.inhparent
 JOIN pg_class AS child ON child.oid = pg_inherits.inhrelid
 JOIN pg_namespace AS ns ON ns.oid = parent.relnamespace
-WHERE parent.relname = 'attempts' AND ns.nspname = current_schema()
+WHERE parent.relname = $1 AND ns.nspname = current_schema()
 """
+LIST_PARTITIONS: Final = LIST_PARTITIONS_OF.replace("$1", "'attempts'")
+TABLE_EXISTS: Final = "SELECT to_regclass($1) IS NOT NULL"
 TODAY: Final = "SELECT (coalesce($1::timestamptz, now()) AT TIME ZONE 'UTC')::date"
-DELETE_OLD_DEFAULT_ROWS: Final = "DELETE FROM attempts_default WHERE finished_at < $1"
+DELETE_OLD_DEFAULT_ROWS: Final = {
+    "attempts": "DELETE FROM attempts_default WHERE finished_at < $1",
+    "finished_runs": "DELETE FROM finished_runs_default WHERE finished_at < $1",
+}
+FORGET_OLD_KEYS: Final = """
+DELETE FROM run_keys AS k
+WHERE k.created_at < $1
+  AND NOT EXISTS (SELECT 1 FROM live_runs AS r WHERE r.id = k.run_id)
+"""
 # One lock per shard schema (shards may share a database): the key hashes the schema.
 LOCK_SHARD_MAINTENANCE: Final = (
     "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/attempts', 0))"
 )
-# DDL takes no bind parameters: PostgreSQL quotes the name (%I) and the bounds (%L)
+# DDL takes no bind parameters: PostgreSQL quotes the names (%I) and the bounds (%L)
 # given as parameters, and the statement it returns is run as is.
 CREATE_PARTITION_DDL: Final = (
-    "SELECT format('CREATE TABLE %I PARTITION OF attempts FOR VALUES FROM (%L) TO (%L)', "
-    "$1::text, $2::timestamptz, $3::timestamptz)"
+    "SELECT format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', "
+    "$1::text, $4::text, $2::timestamptz, $3::timestamptz)"
 )
 DROP_PARTITION_DDL: Final = "SELECT format('DROP TABLE IF EXISTS %I', $1::text)"
 
 
-def partition_name(day: date) -> str:
-    return f"attempts_{day:%Y%m%d}"
+def partition_name(day: date, parent: str = "attempts") -> str:
+    if parent not in PARTITIONED:
+        raise ValueError(f"{parent!r} is not partitioned by day")
+    return f"{parent}_{day:%Y%m%d}"
 
 
 def _checked(name: str) -> str:
     if _PARTITION.fullmatch(name) is None:
-        raise ValueError(f"not an attempts partition name: {name!r}")
+        raise ValueError(f"not an attempts partition name (nor a finished_runs one): {name!r}")
     return name
 
 
-async def _create_partition(conn: Connection, day: date) -> None:
+async def _create_partition(conn: Connection, day: date, parent: str) -> None:
     start = datetime.combine(day, time(), tzinfo=UTC)
     ddl = await conn.fetchval(
-        CREATE_PARTITION_DDL, _checked(partition_name(day)), start, start + timedelta(days=1)
+        CREATE_PARTITION_DDL,
+        _checked(partition_name(day, parent)),
+        start,
+        start + timedelta(days=1),
+        parent,
     )
     await conn.execute(ddl)
 
@@ -81,49 +102,74 @@ async def today(conn: Connection, now: datetime | None = None) -> date:
 
 
 async def ensure_partitions(
-    conn: Connection, now: datetime | None = None, days_ahead: int = DAYS_AHEAD
+    conn: Connection,
+    now: datetime | None = None,
+    days_ahead: int = DAYS_AHEAD,
+    parent: str = "attempts",
 ) -> list[str]:
-    """Create the partitions of today and the next ``days_ahead`` days; return new ones."""
+    """Create the partitions of ``parent`` for today and the next ``days_ahead`` days;
+    return the new ones."""
     created = []
     async with conn.transaction():
         await conn.execute(LOCK_SHARD_MAINTENANCE)
         first = await today(conn, now)
-        existing = {row["name"] for row in await conn.fetch(LIST_PARTITIONS)}
+        existing = {row["name"] for row in await conn.fetch(LIST_PARTITIONS_OF, parent)}
         for offset in range(days_ahead + 1):
             day = first + timedelta(days=offset)
-            if partition_name(day) in existing:
+            name = partition_name(day, parent)
+            if name in existing:
                 continue
             try:
                 async with conn.transaction():
-                    await _create_partition(conn, day)
+                    await _create_partition(conn, day, parent)
             except asyncpg.DuplicateTableError:
                 continue  # made meanwhile by a runner that does not take the lock
             except asyncpg.CheckViolationError:
                 logger.warning(
-                    "attempts of %s are in the default partition; leaving them there",
+                    "%s of %s are in the default partition; leaving them there",
+                    parent,
                     day,
                     extra={"action": "retention-skip"},
                 )
                 continue
-            created.append(partition_name(day))
+            created.append(name)
+    return created
+
+
+async def ensure_all_partitions(
+    conn: Connection, now: datetime | None = None, days_ahead: int = DAYS_AHEAD
+) -> list[str]:
+    """``ensure_partitions`` for every day-partitioned table the schema has (a shard
+    being migrated step by step may not have all of them yet)."""
+    created = []
+    for parent in PARTITIONED:
+        if await conn.fetchval(TABLE_EXISTS, parent):
+            created += await ensure_partitions(conn, now, days_ahead, parent)
     return created
 
 
 async def drop_expired(
     conn: Connection, now: datetime | None = None, retention_days: int = DEFAULT_RETENTION_DAYS
 ) -> list[str]:
-    """Drop the daily partitions older than the retention; return their names."""
+    """Drop the daily partitions (attempts and finished runs) older than the retention,
+    and forget the keys of runs that old; return the partitions' names."""
     dropped = []
     async with conn.transaction():
         await conn.execute(LOCK_SHARD_MAINTENANCE)
         cutoff = await today(conn, now) - timedelta(days=retention_days)
-        for row in await conn.fetch(LIST_PARTITIONS):
-            match = _PARTITION.match(row["name"])
-            if match is None:
+        cutoff_instant = datetime.combine(cutoff, time(), tzinfo=UTC)
+        for parent in PARTITIONED:
+            if not await conn.fetchval(TABLE_EXISTS, parent):
                 continue
-            day = datetime.strptime(match.group(1), "%Y%m%d").date()
-            if day < cutoff:
-                await _drop_partition(conn, row["name"])
-                dropped.append(row["name"])
-        await conn.execute(DELETE_OLD_DEFAULT_ROWS, datetime.combine(cutoff, time(), tzinfo=UTC))
+            for row in await conn.fetch(LIST_PARTITIONS_OF, parent):
+                match = _PARTITION.match(row["name"])
+                if match is None:
+                    continue
+                day = datetime.strptime(match.group(2), "%Y%m%d").date()
+                if day < cutoff:
+                    await _drop_partition(conn, row["name"])
+                    dropped.append(row["name"])
+            await conn.execute(DELETE_OLD_DEFAULT_ROWS[parent], cutoff_instant)
+        if await conn.fetchval(TABLE_EXISTS, "run_keys"):
+            await conn.execute(FORGET_OLD_KEYS, cutoff_instant)
     return dropped

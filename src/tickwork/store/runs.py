@@ -23,10 +23,15 @@ from tickwork.store.database import Connection
 
 INSERT_RUN: Final = queries.get("insert_run")
 RUN_BY_KEY: Final = queries.get("run_by_key")
+NEW_RUN_IDS: Final = queries.get("new_run_ids")
+INSERT_RUNS: Final = queries.get("insert_runs")
 RUN_BY_ID: Final = queries.get("run_by_id")
 RUNS_OF_JOB: Final = queries.get("runs_of_job")
 ATTEMPTS_OF_RUN: Final = queries.get("attempts_of_run")
 LOCK_RUN: Final = queries.get("lock_run")
+FINISHED_RUN: Final = queries.get("finished_run")
+RUN_SUMMARIES: Final = queries.get("run_summaries")
+FINISHED_RUNS_BY_ID: Final = queries.get("finished_runs_by_id")
 CANCEL_PENDING: Final = queries.get("cancel_pending")
 REQUEST_CANCEL: Final = queries.get("request_cancel")
 CANCEL_RUNS_OF_JOB: Final = queries.get("cancel_runs_of_job")
@@ -80,6 +85,53 @@ async def insert(
 async def set_dry_run(conn: Connection, tenant: str, job: str, dry_run: bool) -> None:
     """Put the job's runs not leased yet in (or out of) dry-run mode."""
     await conn.execute(SET_DRY_RUN, tenant, job, dry_run)
+
+
+async def insert_many(
+    conn: Connection, shard: int, news: list[NewRun], now: datetime | None = None
+) -> list[tuple[Run, bool]]:
+    """``insert`` for many runs, in two statements whatever their number (ids first, so
+    each inserted row is matched to its request); one ``(run, created)`` per request."""
+    if not news:
+        return []
+    ids = [row["id"] for row in await conn.fetch(NEW_RUN_IDS, len(news))]
+    rows = await conn.fetch(
+        INSERT_RUNS,
+        ids,
+        [n.tenant for n in news],
+        [n.job for n in news],
+        [n.queue for n in news],
+        [n.priority for n in news],
+        [n.origin.value for n in news],
+        [n.max_attempts for n in news],
+        [n.retry_base for n in news],
+        [n.retry_max for n in news],
+        [n.timeout_seconds for n in news],
+        [n.due_at for n in news],
+        [n.ready_at for n in news],
+        [n.idempotency_key for n in news],
+        [n.payload_json for n in news],
+        now,
+        [n.concurrency for n in news],
+        [n.request_fingerprint for n in news],
+        # One job's runs: one mode for the whole batch.
+        any(n.dry_run for n in news),
+    )
+    inserted = {row["id"]: Run.from_record(shard, row) for row in rows}
+    results: list[tuple[Run, bool]] = []
+    for run_id, new in zip(ids, news, strict=True):
+        run = inserted.get(run_id)
+        if run is not None:
+            results.append((run, True))
+            continue
+        existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
+        if existing is None:  # pragma: no cover - the conflicting row committed first
+            raise RuntimeError("idempotency conflict without a visible row")
+        results.append((Run.from_record(shard, existing), False))
+    await notify_ready(
+        conn, sorted({run.queue for run in inserted.values() if run.state is State.ready})
+    )
+    return results
 
 
 async def notify_ready(conn: Connection, queues: list[str]) -> None:
@@ -151,6 +203,8 @@ async def cancel(
     async with conn.transaction():
         current = await conn.fetchrow(LOCK_RUN, run_id)
         if current is None:
+            current = await conn.fetchrow(FINISHED_RUN, run_id)
+        if current is None:
             raise NotFound(f"no run {shards.format_run_id(shard, run_id)!r}", field="runId")
         state = State(current["state"])
         if state in PENDING:
@@ -189,6 +243,29 @@ async def summary_of_job(conn: Connection, shard: int, tenant: str, job: str) ->
         last_run=last_run,
         next_scheduled=counts["next_scheduled"],
     )
+
+
+async def summaries_of_jobs(
+    conn: Connection, shard: int, tenant: str, jobs: list[str]
+) -> dict[str, JobRunSummary]:
+    """``summary_of_job`` for many jobs of one shard, in one statement and one read."""
+    if not jobs:
+        return {}
+    rows = await conn.fetch(RUN_SUMMARIES, tenant, jobs)
+    last_ids = [row["last_id"] for row in rows if row["last_id"] is not None]
+    last = {
+        row["id"]: Run.from_record(shard, row)
+        for row in (await conn.fetch(FINISHED_RUNS_BY_ID, last_ids) if last_ids else [])
+    }
+    return {
+        row["job"]: JobRunSummary(
+            active=row["active"],
+            dead=row["dead"],
+            last_run=last.get(row["last_id"]),
+            next_scheduled=row["next_scheduled"],
+        )
+        for row in rows
+    }
 
 
 async def audit(

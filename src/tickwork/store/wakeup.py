@@ -28,6 +28,8 @@ class Waiter:
     def __init__(self, queues: frozenset[str]) -> None:
         self.queues = queues
         self.event = asyncio.Event()
+        # The shards that notified since the last look: a claim starts there.
+        self.shards: set[int] = set()
 
     async def wait(self, seconds: float) -> bool:
         """True when woken, False after ``seconds``."""
@@ -102,8 +104,10 @@ class ReadySignal:
                     if not waiting:
                         del self._waiters[queue]
 
-    def notify(self, queue: str) -> None:
+    def notify(self, queue: str, shard: int | None = None) -> None:
         for waiter in self._waiters.get(queue, ()):
+            if shard is not None:
+                waiter.shards.add(shard)
             waiter.event.set()
 
     def wake_all(self) -> None:
@@ -111,8 +115,8 @@ class ReadySignal:
             for waiter in waiting:
                 waiter.event.set()
 
-    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        self.notify(str(payload))
+    def _on_notification(self, shard: int, payload: object) -> None:
+        self.notify(str(payload), shard)
 
     async def _listen(self, shard_number: int, ready: asyncio.Event) -> None:
         shard = self.shard_map[shard_number]
@@ -123,7 +127,12 @@ class ReadySignal:
                 conn = await database.connect(shard)
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(CHANNEL, self._on_notification)
+                await conn.add_listener(
+                    CHANNEL,
+                    lambda _c, _pid, _channel, payload, shard=shard_number: self._on_notification(
+                        shard, payload
+                    ),
+                )
                 self.connected.add(shard_number)
                 ready.set()
                 if failures:

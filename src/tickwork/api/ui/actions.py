@@ -159,7 +159,7 @@ async def enqueue(name: str, request: Request) -> Response:
 
     async def action(who: web.Viewer, fields: web.Form) -> Response:
         if svc.quota is not None:
-            svc.quota.take(who.tenant, 1)
+            await svc.quota.admit(who.tenant, 1)
         run, created = await svc.jobs.enqueue(
             who.tenant, job_name(name), EnqueueRequest(), who.actor
         )

@@ -69,7 +69,9 @@ ORDER BY tenant, name
 --   next_run_time: the next nominal fire time: the earliest materialised cron run still
 --     waiting or the definition's next_due_at; a runAt job's instant until its run
 --     exists; none when paused.
---   last: the latest run past `scheduled` (it became ready, or ended before that).
+--   last: the latest run past `scheduled` (it became ready, or ended before that): the
+--     latest live one by due time, or else the newest finished one (by id, on the index).
+-- Each figure is one index probe per job (dead runs: finished_runs_dead_by_job).
 SELECT j.tenant, j.name, d.generation, d.paused, d.managed_by, d.missed_dropped,
        d.missed_caught_up,
        CASE WHEN d.paused THEN NULL
@@ -77,23 +79,31 @@ SELECT j.tenant, j.name, d.generation, d.paused, d.managed_by, d.missed_dropped,
             ELSE d.next_due_at END AS next_run_time,
        last.due_at AS last_schedule_time,
        last.state AS last_run_state,
-       (SELECT r.finished_at FROM runs AS r
-        WHERE r.tenant = j.tenant AND r.job = j.name AND r.state = 'succeeded'
-        ORDER BY r.id DESC LIMIT 1) AS last_successful_time,
-       (SELECT count(*) FROM runs AS r
+       (SELECT f.finished_at FROM finished_runs AS f
+        WHERE f.tenant = j.tenant AND f.job = j.name AND f.state = 'succeeded'
+        ORDER BY f.id DESC LIMIT 1) AS last_successful_time,
+       (SELECT count(*) FROM live_runs AS r
         WHERE r.tenant = j.tenant AND r.job = j.name AND r.state = 'leased') AS active_runs,
-       (SELECT count(*) FROM runs AS r
-        WHERE r.tenant = j.tenant AND r.job = j.name AND r.state = 'dead') AS dead_runs
+       (SELECT count(*) FROM finished_runs AS f
+        WHERE f.tenant = j.tenant AND f.job = j.name AND f.state = 'dead') AS dead_runs
 FROM unnest($1::text[], $2::text[]) AS j(tenant, name)
 JOIN definitions AS d ON d.tenant = j.tenant AND d.name = j.name
 LEFT JOIN LATERAL (
-    SELECT min(r.due_at) AS due_at FROM runs AS r
+    SELECT min(r.due_at) AS due_at FROM live_runs AS r
     WHERE r.tenant = j.tenant AND r.job = j.name AND r.state = 'scheduled'
       AND r.origin = 'cron'
 ) AS waiting ON true
 LEFT JOIN LATERAL (
-    SELECT r.due_at, r.state FROM runs AS r
-    WHERE r.tenant = j.tenant AND r.job = j.name AND r.state <> 'scheduled'
-    ORDER BY r.due_at DESC, r.id DESC
+    SELECT c.due_at, c.state
+    FROM ((SELECT r.due_at, r.state, r.id FROM live_runs AS r
+           WHERE r.tenant = j.tenant AND r.job = j.name AND r.state <> 'scheduled'
+           ORDER BY r.due_at DESC, r.id DESC
+           LIMIT 1)
+          UNION ALL
+          (SELECT f.due_at, f.state, f.id FROM finished_runs AS f
+           WHERE f.tenant = j.tenant AND f.job = j.name
+           ORDER BY f.id DESC
+           LIMIT 1)) AS c
+    ORDER BY c.due_at DESC, c.id DESC
     LIMIT 1
 ) AS last ON true

@@ -2,64 +2,193 @@
 -- $now parameters are NULL in production (database clock) and pinned in tests.
 
 -- name: claim
--- One single-shard transaction: lock up to $2 ready runs of the queues in $1, highest
--- priority first, oldest ready first, skipping rows another claimer holds. A run of a
--- job with a concurrency limit is taken only while the job has a free slot, counting
--- the runs this claim takes before it (rank); runs over the limit wait in `ready`.
--- Concurrent claimers can still both see a free slot: leases.claim settles that after
--- commit, under a lock per job (see over_limit).
-WITH picked AS (
-    SELECT id, tenant, job, concurrency, priority, ready_at
-    FROM runs AS r
-    WHERE state = 'ready'
-      AND queue = ANY($1::text[])
-      AND ($6::text IS NULL OR tenant = $6)
-      -- A job already at its limit is passed over here, before the LIMIT, so its
-      -- waiting runs do not block the runs of other jobs behind them.
-      AND (r.concurrency = 0
-           OR (SELECT count(*)
-               FROM runs AS held
-               WHERE held.tenant = r.tenant
-                 AND held.job = r.job
-                 AND held.state = 'leased') < r.concurrency)
-    ORDER BY priority, ready_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), allowed AS (
-    SELECT ranked.id
-    FROM (
-        SELECT picked.*,
-               row_number() OVER (PARTITION BY tenant, job
-                                  ORDER BY priority, ready_at, id) AS rank
-        FROM picked
-    ) AS ranked
-    WHERE ranked.concurrency = 0
-       OR ranked.rank + (SELECT count(*)
-                         FROM runs AS held
-                         WHERE held.tenant = ranked.tenant
-                           AND held.job = ranked.job
-                           AND held.state = 'leased') <= ranked.concurrency
+-- One single-shard transaction, one statement. $1 queues, $2 batch, $3 worker, $4 now,
+-- $5 lease seconds, $6 tenant (NULL: any), $7 the dispatcher's stride pass per
+-- priority rank and $8 the priority weights, $9 a seed that rotates ties.
+--   heads: every (queue, priority, tenant) with ready runs, and every limited
+--     (queue, priority, tenant, job), found by skip scans: one index probe each,
+--     whatever the backlog behind it.
+--   sources: how many runs each head offers (for a limited job, up to its free slots:
+--     a job at its limit offers nothing and its backlog is never walked).
+--   priority_shares: priorities share the batch by stride scheduling on the weights
+--     (70/25/5 by default); a priority with nothing ready takes no slot
+--     (work-conserving).
+--   turns, ranked: within a priority, tenants take turns (round-robin), a tenant's
+--     heads oldest first; a tenant starts as many turns behind as it already holds
+--     leased runs on the shard, so a tenant whose slow jobs hog the workers yields.
+--   picked: the chosen count per head, oldest ready first, SKIP LOCKED.
+-- Concurrent claimers can both see a job's last free slot: leases.claim settles that
+-- after commit, under a lock per job (see over_limit).
+WITH RECURSIVE heads AS (
+    (SELECT q.queue, h.priority, h.tenant, h.ready_at, h.id
+     FROM unnest($1::text[]) AS q(queue)
+     CROSS JOIN LATERAL (
+         SELECT r.priority, r.tenant, r.ready_at, r.id
+         FROM live_runs AS r
+         WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = q.queue
+           AND ($6::text IS NULL OR r.tenant = $6)
+         ORDER BY r.priority, r.tenant
+         LIMIT 1) AS h)
+    UNION ALL
+    SELECT heads.queue, n.priority, n.tenant, n.ready_at, n.id
+    FROM heads
+    CROSS JOIN LATERAL (
+        SELECT r.priority, r.tenant, r.ready_at, r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = heads.queue
+          AND ($6::text IS NULL OR r.tenant = $6)
+          AND (r.priority, r.tenant) > (heads.priority, heads.tenant)
+        ORDER BY r.priority, r.tenant
+        LIMIT 1) AS n
+), limited_heads AS (
+    (SELECT q.queue, h.priority, h.tenant, h.job, h.concurrency, h.ready_at, h.id
+     FROM unnest($1::text[]) AS q(queue)
+     CROSS JOIN LATERAL (
+         SELECT r.priority, r.tenant, r.job, r.concurrency, r.ready_at, r.id
+         FROM live_runs AS r
+         WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = q.queue
+           AND ($6::text IS NULL OR r.tenant = $6)
+         ORDER BY r.priority, r.tenant, r.job
+         LIMIT 1) AS h)
+    UNION ALL
+    SELECT limited_heads.queue, n.priority, n.tenant, n.job, n.concurrency, n.ready_at, n.id
+    FROM limited_heads
+    CROSS JOIN LATERAL (
+        SELECT r.priority, r.tenant, r.job, r.concurrency, r.ready_at, r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = limited_heads.queue
+          AND ($6::text IS NULL OR r.tenant = $6)
+          AND (r.priority, r.tenant, r.job)
+              > (limited_heads.priority, limited_heads.tenant, limited_heads.job)
+        ORDER BY r.priority, r.tenant, r.job
+        LIMIT 1) AS n
+), limited_free AS (
+    SELECT h.*,
+           h.concurrency - (SELECT count(*)
+                            FROM live_runs AS l
+                            WHERE l.state = 'leased' AND l.concurrency > 0
+                              AND l.tenant = h.tenant AND l.job = h.job) AS free
+    FROM limited_heads AS h
+), sources AS (
+    -- How many ready runs each head offers this claim (up to a batch; for a limited
+    -- job, up to its free slots: a job at its limit offers nothing and its backlog is
+    -- never walked). Counted on the index, no rows carried.
+    SELECT h.queue, h.priority, h.tenant, NULL::text AS job, h.ready_at, h.id,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM live_runs AS r
+                  WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
+                    AND r.priority = h.priority AND r.tenant = h.tenant
+                  LIMIT $2) AS ready)::integer AS n
+    FROM heads AS h
+    UNION ALL
+    SELECT h.queue, h.priority, h.tenant, h.job, h.ready_at, h.id,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM live_runs AS r
+                  WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
+                    AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
+                  LIMIT least($2, greatest(h.free, 0))) AS ready)::integer
+    FROM limited_free AS h
+), priority_shares AS (
+    -- Stride scheduling between the priorities that offer anything.
+    SELECT priority, count(*)::integer AS slots
+    FROM (SELECT o.priority
+          FROM (SELECT priority, least(sum(n), $2)::integer AS offered
+                FROM sources GROUP BY priority) AS o
+          CROSS JOIN LATERAL generate_series(1, o.offered) AS k
+          ORDER BY ($7::double precision[])[o.priority + 1]
+                   + k / ($8::double precision[])[o.priority + 1],
+                   o.priority
+          LIMIT $2) AS won
+    GROUP BY priority
+), contenders AS (
+    SELECT DISTINCT s.priority, s.tenant
+    FROM sources AS s
+    JOIN priority_shares USING (priority)
+    WHERE s.n > 0
+), holding AS (
+    -- Leased runs per tenant, counted only where tenants compete within a priority,
+    -- and only up to four batches: past that, the tenant behind has every turn of this
+    -- claim anyway, and the count stays cheap when a tenant holds thousands.
+    SELECT c.tenant,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM live_runs AS l
+                  WHERE l.state = 'leased' AND l.tenant = c.tenant
+                  LIMIT 4 * $2) AS held) AS leased
+    FROM (SELECT DISTINCT tenant
+          FROM contenders
+          WHERE priority IN (SELECT priority FROM contenders
+                             GROUP BY priority HAVING count(*) > 1)) AS c
+), turns AS (
+    -- A head needs no more slots than its priority won.
+    SELECT s.queue, s.priority, s.tenant, s.job, s.ready_at, s.id, p.slots,
+           coalesce(holding.leased, 0)
+           + row_number() OVER (PARTITION BY s.priority, s.tenant
+                                ORDER BY k, s.ready_at, s.id) AS turn
+    FROM sources AS s
+    JOIN priority_shares AS p USING (priority)
+    CROSS JOIN LATERAL generate_series(1, least(s.n, p.slots)) AS k
+    LEFT JOIN holding ON holding.tenant = s.tenant
+), ranked AS (
+    SELECT turns.*,
+           row_number() OVER (PARTITION BY turns.priority
+                              ORDER BY turns.turn,
+                                       hashtextextended(turns.tenant, $9::bigint),
+                                       turns.ready_at, turns.id) AS place
+    FROM turns
+), chosen AS (
+    SELECT queue, priority, tenant, job, count(*)::integer AS take
+    FROM ranked
+    WHERE place <= slots
+    GROUP BY queue, priority, tenant, job
+), picked AS (
+    SELECT p.id
+    FROM chosen AS c
+    CROSS JOIN LATERAL (
+        SELECT r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = c.queue
+          AND r.priority = c.priority AND r.tenant = c.tenant
+        ORDER BY r.ready_at, r.id
+        LIMIT c.take
+        FOR UPDATE SKIP LOCKED) AS p
+    WHERE c.job IS NULL
+    UNION ALL
+    SELECT p.id
+    FROM chosen AS c
+    CROSS JOIN LATERAL (
+        SELECT r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = c.queue
+          AND r.priority = c.priority AND r.tenant = c.tenant AND r.job = c.job
+        ORDER BY r.ready_at, r.id
+        LIMIT c.take
+        FOR UPDATE SKIP LOCKED) AS p
+    WHERE c.job IS NOT NULL
 ), clock AS (
     SELECT coalesce($4::timestamptz, now()) AS now
 ), leased AS (
-    UPDATE runs AS r
+    UPDATE live_runs AS r
     SET state = 'leased',
-    attempt = r.attempt + 1,
-    fencing_token = nextval('fencing_tokens'),
-    lease_owner = $3,
-    leased_at = clock.now,
-    deadline = clock.now + make_interval(secs => r.timeout_seconds),
-    lease_expires_at = least(
-        clock.now + make_interval(secs => $5::double precision),
-        clock.now + make_interval(secs => r.timeout_seconds)),
-    updated_at = clock.now
-    FROM allowed, clock
-    WHERE r.id = allowed.id
+        attempt = r.attempt + 1,
+        fencing_token = nextval('fencing_tokens'),
+        lease_owner = $3,
+        leased_at = clock.now,
+        deadline = clock.now + make_interval(secs => r.timeout_seconds),
+        lease_expires_at = least(
+            clock.now + make_interval(secs => $5::double precision),
+            clock.now + make_interval(secs => r.timeout_seconds)),
+        updated_at = clock.now
+    FROM clock
+    -- = ANY(ARRAY(...)): primary-key probes, never a hash join over the whole table.
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
               r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
               r.lease_expires_at, r.deadline, r.payload, r.concurrency, r.dry_run
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM leased
     ON CONFLICT DO NOTHING
@@ -76,7 +205,8 @@ SELECT pg_advisory_xact_lock(hashtextextended(key, 0)) FROM unnest($1::text[]) A
 -- lock is held, so it sees every lease committed by an earlier holder.
 SELECT j.tenant, j.job, count(r.id) - j.limit_ AS excess
 FROM unnest($1::text[], $2::text[], $3::integer[]) AS j(tenant, job, limit_)
-JOIN runs AS r ON r.tenant = j.tenant AND r.job = j.job AND r.state = 'leased'
+JOIN live_runs AS r ON r.tenant = j.tenant AND r.job = j.job AND r.state = 'leased'
+                     AND r.concurrency > 0
 GROUP BY j.tenant, j.job, j.limit_
 HAVING count(r.id) > j.limit_
 
@@ -87,7 +217,7 @@ HAVING count(r.id) > j.limit_
 -- swapped tokens match nothing (joining unnest() here made the planner hash-join).
 -- $5/$6 scope the caller to a tenant and queues (NULL: unrestricted).
 WITH clock AS (SELECT coalesce($4::timestamptz, now()) AS now)
-UPDATE runs AS r
+UPDATE live_runs AS r
 SET lease_expires_at = least(
         clock.now + make_interval(secs => $3::double precision),
         r.deadline,
@@ -102,41 +232,46 @@ WHERE r.id = ANY($1::bigint[])
 RETURNING r.id, r.fencing_token, r.lease_expires_at, r.cancel_requested
 
 -- name: complete_succeeded
--- The hot path: every succeeded run of the batch in one statement, history included.
--- A run whose cancel was requested while leased records `cancelled`.
+-- The hot path: every succeeded run of the batch in one statement, which moves the
+-- runs from live_runs to the history and records their attempts. A run whose cancel
+-- was requested while leased records `cancelled`.
 WITH clock AS (
     SELECT coalesce($3::timestamptz, now()) AS now
 ), done AS (
-    UPDATE runs AS r
-    SET state = CASE WHEN r.cancel_requested THEN 'cancelled' ELSE 'succeeded' END,
-        finished_at = clock.now,
-        lease_expires_at = NULL,
-        updated_at = clock.now
-    FROM clock
+    DELETE FROM live_runs AS r
     WHERE r.id = ANY($1::bigint[])
       AND r.fencing_token = ($2::bigint[])[array_position($1::bigint[], r.id)]
       AND r.state = 'leased'
       AND ($4::text IS NULL OR r.tenant = $4)
       AND ($5::text[] IS NULL OR r.queue = ANY($5::text[]))
-    RETURNING r.id, r.tenant, r.job, r.attempt, r.fencing_token, r.lease_owner,
-              r.leased_at, r.finished_at, r.state
+    RETURNING r.*
+), moved AS (
+    INSERT INTO finished_runs
+    SELECT id, tenant, job, queue, priority,
+           CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END, origin,
+           attempt, max_attempts, retry_base, retry_max, timeout_seconds, due_at, ready_at,
+           start_deadline, idempotency_key, payload, fencing_token, lease_owner, leased_at,
+           NULL, deadline, cancel_requested, last_error, created_at, clock.now, clock.now,
+           concurrency, request_fingerprint
+    FROM done, clock
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM done
     ON CONFLICT DO NOTHING
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state)
-SELECT id, attempt, fencing_token, lease_owner, leased_at, finished_at,
-       CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE 'succeeded' END, state
-FROM done
+SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now,
+       CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END,
+       CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END
+FROM done, clock
 RETURNING run_id, fencing_token, result_state, next_attempt_at
 
 -- name: lock_leased
 -- The failure path locks its rows first: the retry delay is drawn in Python.
 SELECT id, attempt, max_attempts, retry_base, retry_max, fencing_token, cancel_requested
-FROM runs
+FROM live_runs
 WHERE id = ANY($1::bigint[])
   AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
   AND state = 'leased'
@@ -146,9 +281,10 @@ FOR UPDATE
 
 -- name: lock_expired
 -- Leases past their expiry, oldest first; SKIP LOCKED lets a worker's completion that
--- is racing the reaper win cleanly.
+-- is racing the reaper win cleanly. The leased runs are read through live_runs_leased
+-- and filtered here: no index covers the expiry, so heartbeats stay HOT updates.
 SELECT id, attempt, max_attempts, retry_base, retry_max, fencing_token, cancel_requested
-FROM runs
+FROM live_runs
 WHERE state = 'leased'
   AND lease_expires_at <= coalesce($1::timestamptz, now())
 ORDER BY lease_expires_at
@@ -158,37 +294,57 @@ FOR UPDATE SKIP LOCKED
 -- name: record_failures
 -- Apply the outcomes decided for locked leased runs: $2 the new state (retry_wait, dead
 -- or cancelled), $3 the retry delay in seconds, $4 the error, $5 the attempt outcome.
+-- Retried runs stay live; dead and cancelled ones move to the history.
 WITH clock AS (
     SELECT coalesce($6::timestamptz, now()) AS now
 ), decided AS (
     SELECT *
     FROM unnest($1::bigint[], $2::text[], $3::double precision[], $4::jsonb[], $5::text[])
          AS d(id, state, delay, error, outcome)
-), changed AS (
-    UPDATE runs AS r
-    SET state = d.state,
-        ready_at = CASE WHEN d.state = 'retry_wait'
-                        THEN clock.now + make_interval(secs => d.delay)
-                        ELSE r.ready_at END,
-        finished_at = CASE WHEN d.state = 'retry_wait' THEN NULL ELSE clock.now END,
+), retried AS (
+    UPDATE live_runs AS r
+    SET state = 'retry_wait',
+        ready_at = clock.now + make_interval(secs => d.delay),
+        finished_at = NULL,
         last_error = d.error,
         lease_expires_at = NULL,
         updated_at = clock.now
     FROM decided AS d, clock
-    WHERE r.id = d.id
+    WHERE r.id = d.id AND d.state = 'retry_wait'
     RETURNING r.id, r.tenant, r.job, r.attempt, r.fencing_token, r.lease_owner,
-              r.leased_at, r.state, r.ready_at, d.outcome, d.error, clock.now AS at
+              r.leased_at, r.state, r.ready_at, d.outcome, d.error
+), ended AS (
+    DELETE FROM live_runs AS r
+    USING decided AS d
+    WHERE r.id = d.id AND d.state <> 'retry_wait'
+    RETURNING r.*, d.state AS new_state, d.error AS new_error, d.outcome
+), moved AS (
+    INSERT INTO finished_runs
+    SELECT id, tenant, job, queue, priority, new_state, origin, attempt, max_attempts,
+           retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+           idempotency_key, payload, fencing_token, lease_owner, leased_at, NULL, deadline,
+           cancel_requested, new_error, created_at, clock.now, clock.now, concurrency,
+           request_fingerprint
+    FROM ended, clock
+), changed AS (
+    SELECT id, tenant, job, attempt, fencing_token, lease_owner, leased_at, state,
+           ready_at, outcome, error
+    FROM retried
+    UNION ALL
+    SELECT id, tenant, job, attempt, fencing_token, lease_owner, leased_at, new_state,
+           ready_at, outcome, new_error
+    FROM ended
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM changed
     ON CONFLICT DO NOTHING
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state, next_attempt_at, error)
-SELECT id, attempt, fencing_token, lease_owner, leased_at, at, outcome, state,
+SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now, outcome, state,
        CASE WHEN state = 'retry_wait' THEN ready_at END, error
-FROM changed
+FROM changed, clock
 RETURNING run_id, fencing_token, result_state, next_attempt_at
 
 -- name: completion_of
@@ -199,34 +355,46 @@ WHERE run_id = $1 AND fencing_token = $2 AND outcome <> 'lease-expired'
 
 -- name: promote_due
 -- Scheduled and retry-waiting runs whose time has come become ready; a first attempt
--- past its starting deadline is skipped instead.
+-- past its starting deadline is skipped instead (and moves to the history).
 WITH clock AS (
     SELECT coalesce($2::timestamptz, now()) AS now
 ), due AS (
-    SELECT id
-    FROM runs, clock
+    SELECT id, coalesce(attempt = 0 AND start_deadline < clock.now, false) AS late
+    FROM live_runs, clock
     WHERE state IN ('scheduled', 'retry_wait')
       AND ready_at <= clock.now
     ORDER BY ready_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-), promoted AS (
-    UPDATE runs AS r
-    SET state = CASE WHEN r.attempt = 0 AND r.start_deadline < clock.now
-                     THEN 'skipped' ELSE 'ready' END,
-        finished_at = CASE WHEN r.attempt = 0 AND r.start_deadline < clock.now
-                           THEN clock.now END,
-        updated_at = clock.now
-    FROM due, clock
-    WHERE r.id = due.id
+), flipped AS (
+    -- = ANY(ARRAY(...)): primary-key probes, never a hash join over the whole table.
+    UPDATE live_runs AS r
+    SET state = 'ready', updated_at = clock.now
+    FROM clock
+    WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE NOT late))
     RETURNING r.tenant, r.job, r.queue, r.state
+), ended AS (
+    DELETE FROM live_runs AS r
+    WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE late))
+    RETURNING r.*
+), moved AS (
+    INSERT INTO finished_runs
+    SELECT id, tenant, job, queue, priority, 'skipped', origin, attempt, max_attempts,
+           retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+           idempotency_key, payload, fencing_token, lease_owner, leased_at,
+           lease_expires_at, deadline, cancel_requested, last_error, created_at, clock.now,
+           clock.now, concurrency, request_fingerprint
+    FROM ended, clock
+    RETURNING tenant, job, queue, state
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
-    SELECT DISTINCT tenant, job FROM promoted
+    SELECT DISTINCT tenant, job FROM (SELECT tenant, job FROM flipped UNION ALL SELECT tenant, job FROM moved) AS c
     ON CONFLICT DO NOTHING
 )
-SELECT queue, state FROM promoted
+SELECT queue, state FROM flipped
+UNION ALL
+SELECT queue, state FROM moved
 
 -- name: skip_past_deadline
 -- Ready first attempts nobody leased before their starting deadline end as skipped.
@@ -234,26 +402,31 @@ WITH clock AS (
     SELECT coalesce($2::timestamptz, now()) AS now
 ), late AS (
     SELECT id
-    FROM runs, clock
+    FROM live_runs, clock
     WHERE start_deadline < clock.now
       AND attempt = 0
       AND state IN ('scheduled', 'ready')
     ORDER BY start_deadline
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-), skipped AS (
-    UPDATE runs AS r
-    SET state = 'skipped', finished_at = clock.now, updated_at = clock.now
-    FROM late, clock
-    WHERE r.id = late.id
-    RETURNING r.id, r.tenant, r.job
+), ended AS (
+    DELETE FROM live_runs AS r
+    WHERE r.id = ANY(ARRAY(SELECT id FROM late))
+    RETURNING r.*
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
-    SELECT DISTINCT tenant, job FROM skipped
+    SELECT DISTINCT tenant, job FROM ended
     ON CONFLICT DO NOTHING
 )
-SELECT id FROM skipped
+INSERT INTO finished_runs
+SELECT id, tenant, job, queue, priority, 'skipped', origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at, lease_expires_at,
+       deadline, cancel_requested, last_error, created_at, clock.now, clock.now,
+       concurrency, request_fingerprint
+FROM ended, clock
+RETURNING id
 
 -- name: notify_ready
 -- Wake long-polling lease requests; delivered only when the transaction commits.
@@ -264,14 +437,14 @@ FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS queues
 -- How long until the next waiting run becomes due (NULL: none waiting), so the
 -- scheduler can wake for it instead of up to a whole interval late.
 SELECT extract(epoch FROM min(ready_at) - coalesce($1::timestamptz, now()))::double precision
-FROM runs
+FROM live_runs
 WHERE state IN ('scheduled', 'retry_wait')
 
 -- name: release
 -- Give back leases nobody received (the long-poll's client went away): the runs are
 -- ready again and the attempt is not counted. Their next lease draws a new token.
 WITH released AS (
-    UPDATE runs
+    UPDATE live_runs
     SET state = 'ready',
         attempt = attempt - 1,
         lease_owner = NULL,
@@ -284,7 +457,7 @@ WITH released AS (
       AND state = 'leased'
     RETURNING tenant, job, queue
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM released
     ON CONFLICT DO NOTHING

@@ -34,40 +34,75 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED
 
 -- name: insert_planned_runs
--- A run already there for (tenant, job, due_at) or its idempotency key is left alone,
--- so materialising twice (failover, split brain) inserts nothing the second time.
+-- Each run first claims its keys in run_keys: (tenant, job, due_at) for cron runs and
+-- the idempotency key. A run whose key is taken, by a live or by a finished run, is
+-- left out, so materialising twice (failover, split brain) inserts nothing the second
+-- time. A run already past its starting deadline goes straight to the history.
 WITH clock AS (
     SELECT coalesce($18::timestamptz, now()) AS now
+), planned AS (
+    SELECT p.*, nextval('run_ids') AS id
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[],
+                $6::integer[], $7::double precision[], $8::double precision[],
+                $9::integer[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[],
+                $13::text[], $14::jsonb[], $15::bigint[], $16::integer[], $17::boolean[])
+         AS p(tenant, job, queue, priority, origin, max_attempts, retry_base, retry_max,
+              timeout_seconds, due_at, ready_at, start_deadline, idempotency_key, payload,
+              ordinal, concurrency, dry_run)
+    ORDER BY p.ordinal
+), claimed AS (
+    INSERT INTO run_keys (tenant, job, due_at, idempotency_key, run_id, created_at)
+    SELECT tenant, job, CASE WHEN origin = 'cron' THEN due_at END, idempotency_key, id,
+           clock.now
+    FROM planned, clock
+    WHERE origin = 'cron' OR idempotency_key IS NOT NULL
+    ORDER BY ordinal
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+), admitted AS (
+    SELECT planned.*,
+           CASE WHEN planned.start_deadline < clock.now THEN 'skipped'
+                WHEN planned.ready_at <= clock.now THEN 'ready'
+                ELSE 'scheduled' END AS state,
+           clock.now
+    FROM planned
+    CROSS JOIN clock
+    LEFT JOIN claimed ON claimed.run_id = planned.id
+    WHERE claimed.run_id IS NOT NULL
+       OR (planned.origin <> 'cron' AND planned.idempotency_key IS NULL)
+), live AS (
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           start_deadline, idempotency_key, payload, created_at,
+                           updated_at, concurrency, dry_run)
+    SELECT id, tenant, job, queue, priority, state, origin, max_attempts, retry_base,
+           retry_max, timeout_seconds, due_at, ready_at, start_deadline, idempotency_key,
+           payload, now, now, concurrency, dry_run
+    FROM admitted
+    WHERE state <> 'skipped'
+    ORDER BY ordinal
+    RETURNING queue, state
+), skipped AS (
+    INSERT INTO finished_runs (id, tenant, job, queue, priority, state, origin,
+                               max_attempts, retry_base, retry_max, timeout_seconds,
+                               due_at, ready_at, start_deadline, idempotency_key, payload,
+                               created_at, updated_at, finished_at, concurrency)
+    SELECT id, tenant, job, queue, priority, state, origin, max_attempts, retry_base,
+           retry_max, timeout_seconds, due_at, ready_at, start_deadline, idempotency_key,
+           payload, now, now, now, concurrency
+    FROM admitted
+    WHERE state = 'skipped'
+    ORDER BY ordinal
+    RETURNING queue, state
 )
-INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts, retry_base,
-                  retry_max, timeout_seconds, due_at, ready_at, start_deadline,
-                  idempotency_key, payload, created_at, updated_at, finished_at,
-                  concurrency, dry_run)
-SELECT p.tenant, p.job, p.queue, p.priority,
-       CASE WHEN p.start_deadline < clock.now THEN 'skipped'
-            WHEN p.ready_at <= clock.now THEN 'ready'
-            ELSE 'scheduled' END,
-       p.origin, p.max_attempts, p.retry_base, p.retry_max, p.timeout_seconds,
-       p.due_at, p.ready_at, p.start_deadline, p.idempotency_key, p.payload,
-       clock.now, clock.now,
-       CASE WHEN p.start_deadline < clock.now THEN clock.now END,
-       p.concurrency, p.dry_run
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[],
-            $6::integer[], $7::double precision[], $8::double precision[],
-            $9::integer[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[],
-            $13::text[], $14::jsonb[], $15::bigint[], $16::integer[], $17::boolean[])
-     AS p(tenant, job, queue, priority, origin, max_attempts, retry_base, retry_max,
-          timeout_seconds, due_at, ready_at, start_deadline, idempotency_key, payload,
-          ordinal, concurrency, dry_run),
-     clock
-ORDER BY p.ordinal
-ON CONFLICT DO NOTHING
-RETURNING queue, state
+SELECT queue, state FROM live
+UNION ALL
+SELECT queue, state FROM skipped
 
 -- name: advance_definitions
 -- $4: fire times a run_all catch-up dropped over its cap (NULL: keep the last report);
 -- $5: missed fire times caught up now (counted, for the operator's MissedRunsCaughtUp).
--- Every job advanced is marked changed: its next run time moved (status.nextRunTime).
+-- Every job advanced is marked changed: its runs and its next run time moved (status).
 WITH advanced AS (
     UPDATE definitions AS d
     SET next_due_at = a.next_due_at,

@@ -1,35 +1,99 @@
 -- Runs: enqueue, read, list, cancel.
 
 -- name: insert_run
--- A run whose ready time has come is inserted `ready`, otherwise `scheduled`. A second
--- insert with the same idempotency key inserts nothing (the caller then reads the first
--- and compares $17, the request's fingerprint, with the one stored).
--- $18: the job is in dry-run mode.
+-- A run whose ready time has come is inserted `ready`, otherwise `scheduled`. A run
+-- with an idempotency key first claims the key in run_keys (which outlives the run);
+-- a second insert with the same key inserts nothing (the caller then reads the first
+-- and compares $17, the request's fingerprint, with the one stored). $18: the job is in
+-- dry-run mode.
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
+), new AS (
+    SELECT nextval('run_ids') AS id
+), claimed_key AS (
+    INSERT INTO run_keys (tenant, job, idempotency_key, run_id, created_at)
+    SELECT $1, $2, $13, new.id, clock.now
+    FROM new, clock
+    WHERE $13::text IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
 ), inserted AS (
-    INSERT INTO runs (tenant, job, queue, priority, state, origin, max_attempts,
-                      retry_base, retry_max, timeout_seconds, due_at, ready_at,
-                      start_deadline, idempotency_key, payload, created_at, updated_at,
-                      concurrency, request_fingerprint, dry_run)
-    SELECT $1, $2, $3, $4,
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           start_deadline, idempotency_key, payload, created_at,
+                           updated_at, concurrency, request_fingerprint, dry_run)
+    SELECT new.id, $1, $2, $3, $4,
            CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
            $5, $6, $7, $8, $9,
            coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
            clock.now, clock.now, $16, $17, $18
-    FROM clock
-    ON CONFLICT (tenant, job, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    FROM new, clock
+    WHERE $13::text IS NULL OR EXISTS (SELECT 1 FROM claimed_key)
     RETURNING *
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM inserted
     ON CONFLICT DO NOTHING
 )
 SELECT * FROM inserted
 
+-- name: new_run_ids
+SELECT nextval('run_ids') AS id FROM generate_series(1, $1)
+
+-- name: insert_runs
+-- Many runs of one job in one statement ($1 the ids drawn by new_run_ids, $17 the
+-- requests' fingerprints, $18 the job's dry-run mode); like insert_run, a run whose
+-- idempotency key is taken is left out.
+WITH clock AS (
+    SELECT coalesce($15::timestamptz, now()) AS now
+), new AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::smallint[],
+                $6::text[], $7::integer[], $8::double precision[], $9::double precision[],
+                $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[],
+                $14::jsonb[], $16::integer[], $17::bytea[])
+         AS n(id, tenant, job, queue, priority, origin, max_attempts, retry_base,
+              retry_max, timeout_seconds, due_at, ready_at, idempotency_key, payload,
+              concurrency, request_fingerprint)
+), claimed_keys AS (
+    INSERT INTO run_keys (tenant, job, idempotency_key, run_id, created_at)
+    SELECT tenant, job, idempotency_key, id, clock.now
+    FROM new, clock
+    WHERE idempotency_key IS NOT NULL
+    ORDER BY id
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+), inserted AS (
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           idempotency_key, payload, created_at, updated_at, concurrency,
+                           request_fingerprint, dry_run)
+    SELECT new.id, new.tenant, new.job, new.queue, new.priority,
+           CASE WHEN coalesce(new.ready_at, clock.now) <= clock.now THEN 'ready'
+                ELSE 'scheduled' END,
+           new.origin, new.max_attempts, new.retry_base, new.retry_max,
+           new.timeout_seconds, coalesce(new.due_at, clock.now),
+           coalesce(new.ready_at, clock.now), new.idempotency_key, new.payload, clock.now,
+           clock.now, new.concurrency, new.request_fingerprint, $18::boolean
+    FROM new, clock
+    WHERE new.idempotency_key IS NULL
+       OR new.id IN (SELECT run_id FROM claimed_keys)
+    ORDER BY new.id
+    RETURNING *
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM inserted
+    ON CONFLICT DO NOTHING
+)
+SELECT * FROM inserted ORDER BY id
+
 -- name: run_by_key
-SELECT * FROM runs WHERE tenant = $1 AND job = $2 AND idempotency_key = $3
+SELECT r.*
+FROM run_keys AS k
+JOIN runs AS r ON r.id = k.run_id
+WHERE k.tenant = $1 AND k.job = $2 AND k.idempotency_key = $3
 
 -- name: run_by_id
 SELECT * FROM runs WHERE id = $1
@@ -53,28 +117,42 @@ WHERE run_id = $1
 ORDER BY fencing_token
 
 -- name: lock_run
-SELECT * FROM runs WHERE id = $1 FOR UPDATE
+-- The live row, locked; else the finished one (finished rows change only through the
+-- DLQ, which locks them itself).
+SELECT * FROM live_runs WHERE id = $1 FOR UPDATE
+
+-- name: finished_run
+SELECT * FROM finished_runs WHERE id = $1
+
+-- name: finished_runs_by_id
+SELECT * FROM finished_runs WHERE id = ANY($1::bigint[])
 
 -- name: cancel_pending
--- Runs not yet leased end as cancelled.
-WITH cancelled AS (
-    UPDATE runs
-    SET state = 'cancelled',
-        finished_at = coalesce($2::timestamptz, now()),
-        updated_at = coalesce($2::timestamptz, now())
+-- Runs not yet leased end as cancelled: they leave live_runs for the history.
+WITH clock AS (
+    SELECT coalesce($2::timestamptz, now()) AS now
+), ended AS (
+    DELETE FROM live_runs
     WHERE id = $1 AND state IN ('scheduled', 'ready', 'retry_wait')
     RETURNING *
 ), marked AS (
-    -- Status: the job's runs changed (writes nothing for a job already in the set).
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
-    SELECT DISTINCT tenant, job FROM cancelled
+    SELECT DISTINCT tenant, job FROM ended
     ON CONFLICT DO NOTHING
 )
-SELECT * FROM cancelled
+INSERT INTO finished_runs
+SELECT id, tenant, job, queue, priority, 'cancelled', origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at, lease_expires_at,
+       deadline, cancel_requested, last_error, created_at, clock.now, clock.now,
+       concurrency, request_fingerprint
+FROM ended, clock
+RETURNING *
 
 -- name: request_cancel
 -- A leased run finishes its lease: its next heartbeat answers cancelRequested.
-UPDATE runs
+UPDATE live_runs
 SET cancel_requested = true, updated_at = coalesce($2::timestamptz, now())
 WHERE id = $1 AND state = 'leased'
 RETURNING *
@@ -83,31 +161,60 @@ RETURNING *
 -- Deleting a job: pending runs end as cancelled, leased runs are asked to stop.
 WITH clock AS (
     SELECT coalesce($3::timestamptz, now()) AS now
+), asked AS (
+    UPDATE live_runs AS r
+    SET cancel_requested = true, updated_at = clock.now
+    FROM clock
+    WHERE r.tenant = $1 AND r.job = $2 AND r.state = 'leased'
+    RETURNING r.id, r.state
+), ended AS (
+    DELETE FROM live_runs
+    WHERE tenant = $1 AND job = $2 AND state IN ('scheduled', 'ready', 'retry_wait')
+    RETURNING *
+), moved AS (
+    INSERT INTO finished_runs
+    SELECT id, tenant, job, queue, priority, 'cancelled', origin, attempt, max_attempts,
+           retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+           idempotency_key, payload, fencing_token, lease_owner, leased_at,
+           lease_expires_at, deadline, cancel_requested, last_error, created_at,
+           clock.now, clock.now, concurrency, request_fingerprint
+    FROM ended, clock
+    RETURNING id, state
 )
-UPDATE runs AS r
-SET state = CASE WHEN r.state = 'leased' THEN r.state ELSE 'cancelled' END,
-    cancel_requested = r.state = 'leased',
-    finished_at = CASE WHEN r.state = 'leased' THEN r.finished_at ELSE clock.now END,
-    updated_at = clock.now
-FROM clock
-WHERE r.tenant = $1 AND r.job = $2
-  AND r.state IN ('scheduled', 'ready', 'retry_wait', 'leased')
-RETURNING r.id, r.state
+SELECT id, state FROM asked
+UNION ALL
+SELECT id, state FROM moved
 
 -- name: job_run_counts
 -- next_scheduled: the earliest materialised run still waiting for its time.
-SELECT count(*) FILTER (WHERE state = 'leased') AS active,
-       count(*) FILTER (WHERE state = 'dead') AS dead,
-       min(due_at) FILTER (WHERE state = 'scheduled') AS next_scheduled
-FROM runs
-WHERE tenant = $1 AND job = $2 AND state IN ('leased', 'dead', 'scheduled')
+SELECT (SELECT count(*) FROM live_runs
+        WHERE tenant = $1 AND job = $2 AND state = 'leased') AS active,
+       (SELECT count(*) FROM finished_runs
+        WHERE tenant = $1 AND job = $2 AND state = 'dead') AS dead,
+       (SELECT min(due_at) FROM live_runs
+        WHERE tenant = $1 AND job = $2 AND state = 'scheduled') AS next_scheduled
 
 -- name: last_finished_run
+-- The newest run of the job that has finished.
 SELECT *
-FROM runs
-WHERE tenant = $1 AND job = $2 AND finished_at IS NOT NULL
-ORDER BY finished_at DESC, id DESC
+FROM finished_runs
+WHERE tenant = $1 AND job = $2
+ORDER BY id DESC
 LIMIT 1
+
+-- name: run_summaries
+-- The same figures for many jobs of one tenant in one statement (GET /v1/jobs).
+SELECT j.job,
+       (SELECT count(*) FROM live_runs AS r
+        WHERE r.tenant = $1 AND r.job = j.job AND r.state = 'leased') AS active,
+       (SELECT count(*) FROM finished_runs AS f
+        WHERE f.tenant = $1 AND f.job = j.job AND f.state = 'dead') AS dead,
+       (SELECT min(due_at) FROM live_runs AS r
+        WHERE r.tenant = $1 AND r.job = j.job AND r.state = 'scheduled') AS next_scheduled,
+       (SELECT f.id FROM finished_runs AS f
+        WHERE f.tenant = $1 AND f.job = j.job
+        ORDER BY f.id DESC LIMIT 1) AS last_id
+FROM unnest($2::text[]) AS j(job)
 
 -- name: record_audit
 INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
@@ -116,7 +223,7 @@ VALUES (coalesce($7::timestamptz, now()), $1, $2, $3, $4, $5, $6::jsonb)
 -- name: set_dry_run
 -- A job switched in or out of dry-run mode: its runs not leased yet follow (a leased
 -- run keeps the mode its handler was started in).
-UPDATE runs
+UPDATE live_runs
 SET dry_run = $3
 WHERE tenant = $1 AND job = $2
   AND state IN ('scheduled', 'ready', 'retry_wait')

@@ -1,4 +1,4 @@
--- tickwork shard schema, version 5: what the Kubernetes operator needs.
+-- tickwork shard schema, version 6: what the Kubernetes operator needs.
 --
 -- definitions.managed_by: where a definition is declared when not through the HTTP API
 -- (a ScheduledJob object, or a manifest file of tickwork dev). The API refuses to change
@@ -28,8 +28,13 @@ CREATE TABLE changed_jobs (
     PRIMARY KEY (tenant, job)
 );
 
--- A run of a job in dry-run mode (spec.dryRun): its lease says so, and workers give it
--- only to handlers that support dry runs. Copied into each run when it is created (and
--- updated on the runs not leased yet when the job switches), like its concurrency, so
--- the claim reads it from the row it leases. A constant default: an instant change.
-ALTER TABLE runs ADD COLUMN dry_run boolean NOT NULL DEFAULT false;
+-- A live run of a job in dry-run mode (spec.dryRun): its lease says so, and workers give
+-- it only to handlers that support dry runs. Copied into each run when it is created
+-- (and updated on the runs not leased yet when the job switches), like its concurrency,
+-- so the claim reads it from the row it leases. Only live runs carry it: a dead run
+-- replayed takes the mode its job is in then. A constant default: an instant change.
+ALTER TABLE live_runs ADD COLUMN dry_run boolean NOT NULL DEFAULT false;
+
+-- A job's dead runs, counted by the status pass (and GET /v1/jobs) for each job that
+-- changed: without it the count walked every dead run of the tenant.
+CREATE INDEX finished_runs_dead_by_job ON finished_runs (tenant, job) WHERE state = 'dead';

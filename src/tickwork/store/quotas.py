@@ -1,0 +1,49 @@
+"""Tenant quotas in PostgreSQL: the enqueue rate bucket and the pending-run count.
+
+The bucket is one row per tenant on one shard, so every dispatcher replica draws from
+the same tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from tickwork.store import queries
+from tickwork.store.database import Connection
+
+TAKE_ENQUEUE_TOKENS: Final = queries.get("take_enqueue_tokens")
+PENDING_RUNS_OF_TENANT: Final = queries.get("pending_runs_of_tenant")
+ASYNC_COMMIT: Final = "SET LOCAL synchronous_commit TO off"
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    admitted: bool
+    tokens_left: float
+
+
+async def take_enqueue_tokens(
+    conn: Connection,
+    tenant: str,
+    runs: int,
+    rate: float,
+    burst: float,
+    now: datetime | None = None,
+) -> Take:
+    async with conn.transaction():
+        # Quota bookkeeping needs no durability (a crash at worst forgets a few takes), so
+        # the enqueue does not wait for a second WAL flush.
+        await conn.execute(ASYNC_COMMIT)
+        row = await conn.fetchrow(TAKE_ENQUEUE_TOKENS, tenant, float(runs), rate, burst, now)
+    assert row is not None
+    return Take(row["admitted"], float(row["tokens"]))
+
+
+async def pending_runs(conn: Connection, tenant: str, up_to: int) -> int:
+    """The tenant's scheduled, ready and retry-waiting runs on this shard (at most
+    ``up_to``)."""
+    count = await conn.fetchval(PENDING_RUNS_OF_TENANT, tenant, up_to)
+    assert isinstance(count, int)
+    return count
