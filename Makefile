@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test lint unit bench soak e2e crds clean
+.PHONY: help install run test lint unit docs schema crds bench soak e2e clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -38,6 +38,12 @@ test: lint unit ## lint and the whole suite: what CI runs
 
 crds: $(STAMP) ## regenerate crds/scheduledjob.yaml from the JobSpec model
 	$(BIN)/python -m tickwork.operator.crd crds/scheduledjob.yaml
+
+docs: $(STAMP) ## rewrite the settings tables of the docs from the settings models
+	$(BIN)/python tests/settings_tables.py
+
+schema: $(STAMP) ## rewrite src/tickwork/store/schema.sql from a freshly migrated shard
+	$(BIN)/python tests/canonical_schema.py
 
 bench: $(STAMP) ## throughput benchmarks (prints a table)
 	$(BIN)/python -m bench

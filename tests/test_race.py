@@ -213,7 +213,9 @@ async def test_drain_every_shard_through_separate_dispatchers(shard_map: ShardMa
         async with Database(shard_map, settings) as own:
             dispatcher = Dispatcher(own, rng=random.Random(number))
             while not done.is_set():
-                got = await dispatcher.lease(QUEUES, 1 + number * 3, name, 30)
+                got = await dispatcher.lease(
+                    QUEUES, limit=1 + number * 3, worker_id=name, lease_seconds=30
+                )
                 if not got:
                     await asyncio.sleep(0.002)
                     continue

@@ -225,10 +225,3 @@ def test_valid_job_names(name: str) -> None:
 def test_invalid_job_names(name: str) -> None:
     with pytest.raises(ValueError, match="job name"):
         spec.check_name(name)
-
-
-def test_aware_refuses_naive_datetimes() -> None:
-    instant = datetime(2026, 1, 1, tzinfo=UTC)
-    assert spec.aware(instant, "runAt") is instant
-    with pytest.raises(ValueError, match="runAt"):
-        spec.aware(datetime(2026, 1, 1), "runAt")

@@ -15,10 +15,11 @@ from scheduledjobs.conftest import condition, example, observed, quick
 from faults.conftest import FAST_POOLS, proxied_map
 from faults.proxy import TcpProxy
 from tickwork.core.errors import NotFound
+from tickwork.core.settings import OperatorSettings, WebhookSettings
 from tickwork.engine.jobs import Jobs
 from tickwork.operator import crd
 from tickwork.operator.cluster import Cluster
-from tickwork.operator.runtime import Operator, OperatorSettings
+from tickwork.operator.runtime import Operator
 from tickwork.store.database import Database
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,18 +36,17 @@ async def test_an_outage_is_store_unavailable_and_a_delete_waits_for_the_store(
     await kube.create(crd.definition())
     settings = OperatorSettings(
         namespaces=("default",),
-        webhook=None,
+        webhook=WebhookSettings(port=0),
         status_interval=0.2,
         health_port=0,
         health_bind="127.0.0.1",
         store_retry_seconds=0.2,
-        tune=quick,
     )
     assert kube.kubeconfig is not None
     cluster = await Cluster.connect(str(kube.kubeconfig))
     async with Database(proxied_map(fault_url, proxies), FAST_POOLS) as database:
         jobs = Jobs(database)
-        operator = Operator(jobs, cluster, settings)
+        operator = Operator(jobs, cluster, settings, tune=quick)
         stop = asyncio.Event()
         running = asyncio.create_task(operator.run(stop))
         try:

@@ -21,10 +21,11 @@ import yaml
 from kube import emulator
 
 from tickwork.core.clock import FrozenClock
+from tickwork.core.settings import OperatorSettings, WebhookSettings
 from tickwork.engine.jobs import Jobs
 from tickwork.operator import crd
 from tickwork.operator.cluster import Cluster
-from tickwork.operator.runtime import Operator, OperatorSettings, WebhookSettings
+from tickwork.operator.runtime import Operator
 from tickwork.store.database import Database
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
@@ -122,20 +123,20 @@ def operator_for(jobs: Jobs, cluster: Cluster) -> OperatorFactory:
     @contextlib.asynccontextmanager
     async def start(**options: Any) -> AsyncIterator[Operator]:
         store = options.pop("jobs", jobs)
+        webhook = options.pop(
+            "webhook", WebhookSettings(port=None, bind="127.0.0.1", host="127.0.0.1", insecure=True)
+        )
         settings = OperatorSettings(
             namespaces=options.pop("namespaces", NAMESPACES),
-            webhook=options.pop(
-                "webhook",
-                WebhookSettings(port=None, bind="127.0.0.1", host="127.0.0.1", insecure=True),
-            ),
+            webhook=WebhookSettings(port=0) if webhook is None else webhook,
             status_interval=options.pop("status_interval", 3600.0),
             health_port=options.pop("health_port", 0),
             health_bind="127.0.0.1",
             store_retry_seconds=options.pop("store_retry_seconds", 0.2),
-            tune=quick,
         )
         assert not options, f"unknown options {options}"
-        operator = Operator(store, cluster, settings)
+        operator = Operator(store, cluster, settings, tune=quick)
+        operator.test_signals.init()
         stop = asyncio.Event()
         running = asyncio.create_task(operator.run(stop))
         try:
@@ -144,8 +145,7 @@ def operator_for(jobs: Jobs, cluster: Cluster) -> OperatorFactory:
                 await asyncio.wait({waiting, running}, return_when=asyncio.FIRST_COMPLETED)
                 if running.done():
                     running.result()  # the start failed: show why
-                webhook = settings.webhook
-                if operator.webhook is not None and webhook is not None and webhook.manage:
+                if operator.webhook is not None and settings.webhook.manage:
                     await operator.webhook.configured.wait()
             yield operator
         finally:

@@ -14,8 +14,8 @@ from kube import emulator
 from kube.status import ApiError
 
 from tickwork.core.errors import NotFound
+from tickwork.core.settings import WebhookSettings
 from tickwork.engine.jobs import Jobs
-from tickwork.operator.runtime import WebhookSettings
 
 from .conftest import OperatorFactory, condition, events_of, example, observed, scheduled_job
 

@@ -14,9 +14,10 @@ from kube import emulator
 from test_dev import WAIT, tickwork
 
 from tickwork.cli import cli
+from tickwork.core.settings import OperatorSettings, WebhookSettings
 from tickwork.engine.jobs import Jobs
 from tickwork.operator.cluster import Cluster, ClusterError
-from tickwork.operator.runtime import Operator, OperatorSettings
+from tickwork.operator.runtime import Operator
 from tickwork.store.database import Database
 
 from .conftest import example, observed
@@ -90,7 +91,9 @@ async def test_without_the_crd_the_operator_says_what_to_install(
     cluster = await Cluster.connect(str(kube.kubeconfig))
     try:
         operator = Operator(
-            Jobs(database), cluster, OperatorSettings(webhook=None, health_port=None)
+            Jobs(database),
+            cluster,
+            OperatorSettings(webhook=WebhookSettings(port=0), health_port=None),
         )
         with pytest.raises(ClusterError, match=r"install the CRD first \(kubectl apply -f crds/"):
             await operator.run(asyncio.Event())

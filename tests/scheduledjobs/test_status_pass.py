@@ -27,7 +27,7 @@ async def fail_for_good(jobs: Jobs, dispatcher: Dispatcher, name: str, runs: int
     """``runs`` runs of ``name`` enqueued, leased and failed without retry: dead."""
     for _ in range(runs):
         await jobs.enqueue("default", name, EnqueueRequest(), "test")
-    leased = await dispatcher.lease(["default"], runs, "worker-1", 30)
+    leased = await dispatcher.lease(["default"], limit=runs, worker_id="worker-1", lease_seconds=30)
     assert len(leased) == runs
     answers = await dispatcher.complete(
         [
@@ -145,7 +145,9 @@ async def test_success_schedule_and_next_run_follow_the_scheduler(
         )
         assert status["nextRunTime"] == "2026-03-15T01:02:00Z"
 
-        (lease,) = await dispatcher.lease(["default"], 1, "worker-1", 30)
+        (lease,) = await dispatcher.lease(
+            ["default"], limit=1, worker_id="worker-1", lease_seconds=30
+        )
         await operator.status_pass.pass_once()
         assert (
             status_of(cluster_kube, "hello")["activeRuns"],

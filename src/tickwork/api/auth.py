@@ -62,16 +62,6 @@ class Principal:
             allowed = ", ".join(r.value for r in roles)
             raise Forbidden(f"this call needs a {allowed} token, not {self.role.value}")
 
-    def may_see(self, tenant: str, queue: str) -> bool:
-        """Whether a run of ``tenant`` in ``queue`` exists for this caller: a worker
-        token sees only the runs of its queues, as it heartbeats and completes only
-        those."""
-        if self.role is Role.admin:
-            return True
-        if tenant != self.tenant:
-            return False
-        return self.role is not Role.worker or self.queues is None or queue in self.queues
-
     def check_queues(self, queues: Sequence[str]) -> None:
         if self.queues is None:
             return
@@ -79,8 +69,10 @@ class Principal:
         if outside:
             raise Forbidden(f"this token may not lease queue(s) {outside}", field="queues")
 
-    def worker_scope(self) -> Scope:
-        """What this caller's heartbeats and completions may touch."""
+    def scope(self) -> Scope:
+        """The runs this caller may see and act on: an admin's, any; a team's, its
+        tenant's; a worker's, its tenant's in its queues. The engine enforces it in
+        the transaction that acts."""
         if self.role is Role.admin:
             return Scope()
         return Scope(

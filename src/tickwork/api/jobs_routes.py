@@ -14,9 +14,9 @@ from starlette.responses import Response
 from tickwork.api import bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
-from tickwork.core import fields, limits, shards
+from tickwork.core import fields, limits
 from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
-from tickwork.core.records import Attempt, Run, State
+from tickwork.core.records import State
 from tickwork.core.spec import JobSpec, check_name
 from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 
@@ -72,18 +72,6 @@ def _team(caller: Principal, tenant: str | None) -> str:
 
 def _limit(svc: Services, limit: int | None) -> int:
     return limit or svc.settings.default_page_size
-
-
-async def _owned_run(
-    svc: Services, caller: Principal, run_id: str, *roles: Role
-) -> tuple[Run, list[Attempt]]:
-    """The run with its attempts, if ``caller`` may see it: another tenant's run, or for a
-    worker token a run outside its queues, is reported as absent."""
-    caller.require(*roles)
-    run, attempts = await svc.jobs.run(run_id)
-    if not caller.may_see(run.tenant, run.queue):
-        raise NotFound(f"no run {run.run_id!r}", field="runId")
-    return run, attempts
 
 
 async def _admit(svc: Services, tenant: str, runs: int) -> None:
@@ -358,7 +346,7 @@ async def list_runs(
     owner = _team(caller, tenant)
     if cursor is not None:
         try:
-            shards.parse_run_id(cursor, svc.database.shard_count)
+            svc.jobs.locate_run(cursor)
         except NotFound as error:
             raise _cursor_problem(error) from error
     page, next_cursor = await svc.jobs.runs_of_job(
@@ -373,7 +361,9 @@ async def list_runs(
     responses={200: {"model": models.RunWithAttempts}, **_errors},
 )
 async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    run, attempts = await _owned_run(svc, caller, run_id, Role.team, Role.worker)
+    # Another tenant's run, or for a worker token a run outside its queues, is absent.
+    caller.require(Role.team, Role.worker)
+    run, attempts = await svc.jobs.run(run_id, caller.scope())
     return responses.json(render.run_with_attempts(run, attempts))
 
 
@@ -387,8 +377,8 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, Role.team)
-    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject)))
+    caller.require(Role.team)
+    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject, caller.scope())))
 
 
 @router.get(
@@ -425,8 +415,8 @@ async def list_dead(
     },
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, Role.team)
-    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject)))
+    caller.require(Role.team)
+    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject, caller.scope())))
 
 
 @router.post(
@@ -439,5 +429,7 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, Role.team)
-    return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject)))
+    caller.require(Role.team)
+    return responses.json(
+        render.run(await svc.jobs.discard(run_id, caller.subject, caller.scope()))
+    )

@@ -1,42 +1,161 @@
-"""Options shared by the role commands."""
+"""The role commands' options, made from their settings models (``core.settings``).
+
+``settings_options(Model)`` adds one click option per field that carries an
+``Option`` (nested groups included): its flag and environment variable, its type and
+bounds, its default, and its docstring as the help. The command then gets the
+validated settings object from ``load(Model, options)``; variables that stand for no
+flag (secrets) are read from the environment there. Nothing about an option is
+written twice.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
+import types
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin
 
+import annotated_types
 import click
+import pydantic
+from pydantic.fields import FieldInfo
 
 from tickwork.api import server
-from tickwork.api.services import ApiSettings
-from tickwork.core import fairness
-from tickwork.core.shards import DEFAULT_SHARD_COUNT, ShardMap
-from tickwork.engine import quotas
+from tickwork.core.settings import ApiSettings, DatabaseSettings, Setting, Settings, settings_of
+from tickwork.core.shards import ShardMap
 
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S", bound=Settings)
 
 
-def database_options(function: F) -> F:
-    function = click.option(
-        "--shards",
-        type=click.IntRange(1, 4096),
-        envvar="TICKWORK_SHARDS",
-        default=DEFAULT_SHARD_COUNT,
-        show_default=True,
-        help="Number of shards S (fixed at install time). [env TICKWORK_SHARDS]",
-    )(function)
-    return click.option(
-        "--database-url",
-        "database_urls",
-        multiple=True,
-        envvar="TICKWORK_DATABASE_URL",
-        help="PostgreSQL URL: once for all shards (a schema each), or once per shard in "
-        "shard order. [env TICKWORK_DATABASE_URL, space-separated]",
-    )(function)
+def plain(text: str) -> str:
+    """A docstring as one line of help: literals unquoted, lines joined."""
+    return " ".join(re.sub(r"``([^`]+)``", r"\1", text).split())
+
+
+def shown(value: Any) -> str:
+    """A default as the command line and the docs write it."""
+    if isinstance(value, tuple):
+        return "/".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _bounds(field: FieldInfo) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for item in field.metadata:
+        if isinstance(item, annotated_types.Ge):
+            found["min"] = item.ge
+        elif isinstance(item, annotated_types.Gt):
+            found["min"], found["min_open"] = item.gt, True
+        elif isinstance(item, annotated_types.Le):
+            found["max"] = item.le
+        elif isinstance(item, annotated_types.Lt):
+            found["max"], found["max_open"] = item.lt, True
+    return found
+
+
+def _without_none(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, types.UnionType):
+        kept = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(kept) == 1:
+            return kept[0]
+    return annotation
+
+
+def _click_option(setting: Setting) -> Callable[[F], F]:
+    option = setting.option
+    assert option is not None and option.flag is not None
+    kind = _without_none(setting.annotation)
+    arguments: dict[str, Any] = {"required": setting.required}
+    if kind is bool:
+        arguments["is_flag"] = True
+    elif get_origin(kind) is tuple and get_args(kind)[-1] is Ellipsis:
+        arguments["multiple"] = True
+    elif get_origin(kind) is tuple:
+        arguments["type"] = str  # "70/25/5": the model's validator reads it
+    elif kind is int:
+        arguments["type"] = click.IntRange(**_bounds(setting.field))
+    elif kind is float:
+        arguments["type"] = click.FloatRange(**_bounds(setting.field))
+    elif kind is Path:
+        arguments["type"] = click.Path(
+            exists=option.exists,
+            file_okay=option.path != "dir",
+            dir_okay=option.path != "file",
+            path_type=Path,
+        )
+    if not setting.required:
+        default = setting.default
+        if isinstance(default, tuple) and default and "multiple" not in arguments:
+            default = shown(default)
+        arguments["default"] = default
+        arguments["show_default"] = default not in (None, (), False)
+    text = plain(setting.description)
+    if option.env is not None:
+        arguments["envvar"] = option.env
+        text += f" [env {option.env}]"
+    return click.option(option.flag, setting.parameter, help=text, **arguments)
+
+
+def settings_options(model: type[Settings]) -> Callable[[F], F]:
+    """Decorator: the options of every flag ``model`` names (see the module docstring)."""
+    flagged = [s for s in settings_of(model) if s.option is not None and s.option.flag]
+
+    def decorate(function: F) -> F:
+        for setting in reversed(flagged):  # click lists options in decoration order
+            function = _click_option(setting)(function)
+        return function
+
+    return decorate
+
+
+def load(model: type[S], given: dict[str, Any]) -> S:
+    """The settings the command's options (``given``) and the environment say."""
+    document: dict[str, Any] = {}
+    by_name: dict[str, Setting] = {}
+    for setting in settings_of(model):
+        by_name[setting.name] = setting
+        option = setting.option
+        if setting.parameter in given:
+            value = given[setting.parameter]
+        elif option is not None and option.flag is None and option.env is not None:
+            value = os.environ.get(option.env, "").strip() or None
+            if value is None:
+                continue
+        else:
+            continue
+        target = document
+        for part in setting.path[:-1]:
+            target = target.setdefault(part, {})
+        target[setting.path[-1]] = value
+    try:
+        return model.model_validate(document)
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        name = ".".join(str(part) for part in first["loc"])
+        culprit = by_name.get(name)
+        option = None if culprit is None else culprit.option
+        where = name if option is None else (option.flag or option.env or name)
+        raise click.UsageError(f"{where}: {first['msg']}") from error
+
+
+def with_quotas_of(settings: ApiSettings, authenticator: object) -> ApiSettings:
+    """``settings`` with the per-tenant quotas the tokens file gives (if it gives any)."""
+    overrides = getattr(authenticator, "quota_overrides", None)
+    if not overrides:
+        return settings
+    return settings.model_copy(update={"quota_overrides": overrides})
+
+
+def shard_map_of(database: DatabaseSettings) -> ShardMap:
+    return shard_map(database.database_urls, database.shards)
 
 
 def shard_map(database_urls: tuple[str, ...], shards: int) -> ShardMap:
@@ -81,85 +200,3 @@ def configure_logging(level: str | None = None) -> None:
     root.setLevel((level or os.environ.get("TICKWORK_LOG_LEVEL") or "INFO").upper())
     # The embedded PostgreSQL narrates every pg_ctl call at INFO.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
-
-
-UI_SECRET_ENV = "TICKWORK_UI_SECRET"  # noqa: S105 - the name of a variable
-
-
-def ui_secret() -> str | None:
-    """The secret that seals dashboard sessions, from the environment (never a flag: a
-    command line is visible to every user of the machine). Without it each process
-    draws its own, and a session lasts as long as the process that signed it."""
-    secret = os.environ.get(UI_SECRET_ENV, "").strip()
-    if secret and len(secret) < 32:
-        raise click.UsageError(f"{UI_SECRET_ENV} must be at least 32 characters")
-    return secret or None
-
-
-def quota_options(function: F) -> F:
-    """Tenant quotas and priority weights: the same for ``dispatcher`` and ``dev``."""
-    function = click.option(
-        "--priority-weights",
-        envvar="TICKWORK_PRIORITY_WEIGHTS",
-        default="70/25/5",
-        show_default=True,
-        callback=_weights,
-        help="Shares of claims for critical/default/bulk when all have ready work; an "
-        "idle priority's share goes to the others. [env TICKWORK_PRIORITY_WEIGHTS]",
-    )(function)
-    function = click.option(
-        "--max-pending-runs",
-        type=click.IntRange(min=1),
-        envvar="TICKWORK_MAX_PENDING_RUNS",
-        default=quotas.DEFAULT_MAX_PENDING_RUNS,
-        show_default=True,
-        help="Runs a tenant may have waiting (scheduled, ready, retry_wait); over it: 429 "
-        "quota-exceeded. The tokens file may set maxPendingRuns per tenant. "
-        "[env TICKWORK_MAX_PENDING_RUNS]",
-    )(function)
-    function = click.option(
-        "--enqueue-burst",
-        type=click.FloatRange(min=1),
-        envvar="TICKWORK_ENQUEUE_BURST",
-        default=quotas.DEFAULT_ENQUEUE_BURST,
-        show_default=True,
-        help="Enqueues a tenant may make at once above the rate (enqueueBurst per tenant "
-        "in the tokens file). [env TICKWORK_ENQUEUE_BURST]",
-    )(function)
-    return click.option(
-        "--enqueue-rate",
-        type=click.FloatRange(min=0, min_open=True),
-        envvar="TICKWORK_ENQUEUE_RATE",
-        default=quotas.DEFAULT_ENQUEUE_RATE,
-        show_default=True,
-        help="Enqueues per second per tenant, across every dispatcher (enqueueRate per "
-        "tenant in the tokens file); over it: 429 quota-exceeded. [env TICKWORK_ENQUEUE_RATE]",
-    )(function)
-
-
-def _weights(_context: click.Context, _parameter: click.Parameter, value: str) -> Weights:
-    try:
-        return fairness.parse_weights(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from error
-
-
-Weights = tuple[float, float, float]
-
-
-def api_settings(
-    enqueue_rate: float,
-    enqueue_burst: float,
-    max_pending_runs: int,
-    priority_weights: Weights,
-    authenticator: object,
-) -> ApiSettings:
-    """The API settings the quota options give, with the tokens file's per-tenant quotas."""
-    return ApiSettings(
-        enqueue_rate=enqueue_rate,
-        enqueue_burst=enqueue_burst,
-        max_pending_runs=max_pending_runs,
-        priority_weights=priority_weights,
-        quota_overrides=getattr(authenticator, "quota_overrides", {}),
-        ui_secret=ui_secret(),
-    )

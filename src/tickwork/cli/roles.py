@@ -1,63 +1,70 @@
-"""The cluster roles: ``tickwork migrate | scheduler | dispatcher``."""
+"""The cluster roles: ``tickwork migrate | scheduler | dispatcher``.
+
+Each takes its options from its settings model (``core.settings``) and wires the
+engine over the shards; none touches the store itself.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from typing import Any
 
 import click
 
 from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
-from tickwork.api.edge import EdgeLimits
 from tickwork.api.server import HttpServer
 from tickwork.cli import options, runtime
 from tickwork.core.errors import SchemaMismatch
+from tickwork.core.settings import DispatcherSettings, MigrateSettings, SchedulerSettings
+from tickwork.engine import installation
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
-from tickwork.store import migrate as migrations
-from tickwork.store.database import Database
 
 
 @click.command()
-@options.database_options
-def migrate(database_urls: tuple[str, ...], shards: int) -> None:
+@options.settings_options(MigrateSettings)
+def migrate(**given: Any) -> None:
     """Create or upgrade the schema of every shard (safe to run twice)."""
+    settings = options.load(MigrateSettings, given)
     options.configure_logging()
-    shard_map = options.shard_map(database_urls, shards)
+    shard_map = options.shard_map_of(settings.database)
     try:
-        applied = asyncio.run(migrations.migrate_all(shard_map.shards))
+        applied = asyncio.run(installation.migrate(shard_map))
     except SchemaMismatch as error:
         raise click.ClickException(error.detail) from error
     for shard, versions in applied.items():
         state = f"applied {versions}" if versions else "up to date"
-        click.echo(f"shard {shard}: {state} (version {migrations.latest_version()})")
+        click.echo(f"shard {shard}: {state} (version {installation.schema_version()})")
 
 
 @click.command()
-@options.database_options
-@click.option(
-    "--interval",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Seconds between passes over each owned shard.",
-)
-def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> None:
+@options.settings_options(SchedulerSettings)
+def scheduler(**given: Any) -> None:
     """Materialise cron runs, flip due runs to ready and reap expired leases.
 
     This replica works on every shard; run one replica until shard ownership
     (Kubernetes Leases) is enabled.
     """
+    settings = options.load(SchedulerSettings, given)
     options.configure_logging()
-    shard_map = options.shard_map(database_urls, shards)
+    shard_map = options.shard_map_of(settings.database)
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
-            async with Database(shard_map) as database:
-                loop = Scheduler(database, interval=interval, metrics=Metrics())
+            async with installation.opened(shard_map, settings.database.pool) as engine:
+                loop = Scheduler(
+                    engine.database,
+                    interval=settings.interval,
+                    batch=settings.batch,
+                    metrics=Metrics(),
+                    retention_days=settings.retention_days,
+                    maintenance_interval=settings.maintenance_interval,
+                    retry_base_seconds=settings.retry_base_seconds,
+                    retry_max_seconds=settings.retry_max_seconds,
+                )
                 await runtime.run_until_stopped(stop, loop.run)
         finally:
             remove()
@@ -66,61 +73,31 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
 
 
 @click.command()
-@options.database_options
-@click.option("--host", default="0.0.0.0", show_default=True)  # noqa: S104 - a server role
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
-@click.option(
-    "--tokens",
-    "tokens_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="TICKWORK_TOKENS_FILE",
-    required=True,
-    help="YAML list of {token, tenant, role, queues}, optionally with the tenant's "
-    "enqueueRate, enqueueBurst, maxPendingRuns. [env TICKWORK_TOKENS_FILE]",
-)
-@click.option(
-    "--max-connections",
-    type=click.IntRange(min=1),
-    envvar="TICKWORK_MAX_CONNECTIONS",
-    default=EdgeLimits.max_connections,
-    show_default=True,
-    help="Open HTTP connections this process accepts; over it: 503 server-busy. "
-    "[env TICKWORK_MAX_CONNECTIONS]",
-)
-@options.quota_options
-def dispatcher(
-    database_urls: tuple[str, ...],
-    shards: int,
-    host: str,
-    port: int,
-    tokens_file: Path,
-    max_connections: int,
-    enqueue_rate: float,
-    enqueue_burst: float,
-    max_pending_runs: int,
-    priority_weights: options.Weights,
-) -> None:
+@options.settings_options(DispatcherSettings)
+def dispatcher(**given: Any) -> None:
     """Serve the HTTP API and the dashboard at /ui/ (stateless; run as many as needed:
     give them all the same TICKWORK_UI_SECRET so a dashboard session works on each)."""
+    settings = options.load(DispatcherSettings, given)
     options.configure_logging()
-    shard_map = options.shard_map(database_urls, shards)
+    shard_map = options.shard_map_of(settings.database)
     try:
-        tokens = StaticTokens.from_file(tokens_file)
+        tokens = StaticTokens.from_file(settings.tokens_file)
     except ValueError as error:
         raise click.ClickException(str(error)) from error
-    listener = options.listen("dispatcher", host, port)
+    api = options.with_quotas_of(settings.api, tokens)
+    listener = options.listen("dispatcher", settings.host, settings.port)
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
-            async with Database(shard_map) as database:
-                settings = options.api_settings(
-                    enqueue_rate, enqueue_burst, max_pending_runs, priority_weights, tokens
+            async with installation.opened(
+                shard_map, settings.database.pool, priority_weights=api.priority_weights
+            ) as engine:
+                services = runtime.api_services(engine, tokens, Metrics(), api)
+                server = HttpServer(
+                    create_app(services), settings.host, sock=listener, limits=settings.edge
                 )
-                services = runtime.api_services(database, tokens, Metrics(), settings)
-                limits = EdgeLimits(max_connections=max_connections)
-                server = HttpServer(create_app(services), host, sock=listener, limits=limits)
                 click.echo(f"tickwork API on {await server.start()}")
                 await stop.wait()
                 await server.stop()

@@ -332,14 +332,6 @@ def check_payload_shape(payload: Any) -> Any:
     return payload
 
 
-def check_payload(payload: Any) -> Any:
-    """Refuse payloads the database cannot hold as given (``invalid_payload``), over
-    256 KiB encoded (``payload_too_large``), or carrying an obvious credential
-    (``payload_credential``, the path inside the payload in ``ctx["path"]``)."""
-    check_payload_shape(payload)
-    return _check_payload_content(payload)
-
-
 def _check_payload_content(payload: Any) -> Any:
     size = payload_size(payload)
     if size > limits.MAX_PAYLOAD_BYTES:
@@ -537,9 +529,3 @@ def check_name(value: str) -> None:
             f"job name {shown_value} must be a DNS-1123 subdomain (lowercase letters, digits, "
             f"'-' and '.', ≤ {limits.MAX_NAME_LENGTH} chars)"
         )
-
-
-def aware(value: datetime, field: str) -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{field} must carry a time zone offset")
-    return value

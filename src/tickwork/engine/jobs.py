@@ -25,6 +25,7 @@ from tickwork.core.errors import (
     ManagedByKubernetes,
 )
 from tickwork.core.records import (
+    UNRESTRICTED,
     Attempt,
     Definition,
     JobRunSummary,
@@ -33,21 +34,19 @@ from tickwork.core.records import (
     NewRun,
     Origin,
     Run,
+    Scope,
     State,
 )
 from tickwork.core.spec import JobSpec, Priority
 from tickwork.engine import cursors
+from tickwork.store import clock as store_clock
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
-
-NOW_SQL = "SELECT coalesce($1::timestamptz, now())"
 
 
 async def database_now(conn: Connection, clock: Clock) -> datetime:
     """The instant ``clock`` stands for, reading the database clock when it is real."""
-    now = await conn.fetchval(NOW_SQL, clock.now())
-    assert isinstance(now, datetime)
-    return now
+    return await store_clock.now(conn, clock.now())
 
 
 def next_due_after(spec: JobSpec, after: datetime) -> datetime | None:
@@ -280,11 +279,8 @@ class Jobs:
                 await definitions.get(conn, shard, tenant, name)  # raises NotFound
                 raise AssertionError("unreachable")
             if request.idempotency_key is not None:
-                existing = await conn.fetchrow(
-                    runs.RUN_BY_KEY, tenant, name, request.idempotency_key
-                )
-                if existing is not None:
-                    first = Run.from_record(shard, existing)
+                first = await runs.by_key(conn, shard, tenant, name, request.idempotency_key)
+                if first is not None:
                     _same_request(first, request)
                     return first, False
             if request.if_not_running:
@@ -338,10 +334,11 @@ class Jobs:
             ),
         )
 
-    async def run(self, run_id: str) -> tuple[Run, list[Attempt]]:
+    async def run(self, run_id: str, scope: Scope = UNRESTRICTED) -> tuple[Run, list[Attempt]]:
+        """A run with its attempts, if ``scope`` may see it (``NotFound`` otherwise)."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            run = await runs.get(conn, shard, local)
+            run = await runs.get(conn, shard, local, scope)
             return run, await runs.attempts(conn, run)
 
     async def runs_of_job(
@@ -365,10 +362,11 @@ class Jobs:
         page = found[:limit]
         return page, (page[-1].run_id if len(found) > limit else None)
 
-    async def cancel(self, run_id: str, actor: str) -> Run:
+    async def cancel(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
+        """Cancel a run ``scope`` may see; the check and the cancel are one transaction."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            return await runs.cancel(conn, shard, local, actor, self.clock.now())
+            return await runs.cancel(conn, shard, local, actor, self.clock.now(), scope)
 
     async def enqueue_many(
         self, tenant: str, name: str, requests: Sequence[EnqueueRequest], actor: str
@@ -425,15 +423,17 @@ class Jobs:
             return page, DeadCursor(last.finished_at, last.shard, last.id)
         return page, None
 
-    async def replay(self, run_id: str, actor: str) -> Run:
+    async def replay(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
+        """Replay a dead run ``scope`` may see (checked in the replay's transaction)."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            return await dlq.replay(conn, shard, local, actor, self.clock.now())
+            return await dlq.replay(conn, shard, local, actor, self.clock.now(), scope)
 
-    async def discard(self, run_id: str, actor: str) -> Run:
+    async def discard(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
+        """Discard a dead run ``scope`` may see (checked in the discard's transaction)."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            return await dlq.discard(conn, shard, local, actor, self.clock.now())
+            return await dlq.discard(conn, shard, local, actor, self.clock.now(), scope)
 
 
 def refuse_managed(current: Definition, manager: Manager | None) -> None:

@@ -25,14 +25,13 @@ from tickwork.core import hashing, limits
 from tickwork.core.cron import CronSchedule
 from tickwork.core.records import Origin
 from tickwork.core.spec import MissedRunPolicy
-from tickwork.store import queries
+from tickwork.store import clock, queries
 from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
 LOCK_DUE_DEFINITIONS: Final = queries.get("lock_due_definitions")
 INSERT_PLANNED_RUNS: Final = queries.get("insert_planned_runs")
 ADVANCE_DEFINITIONS: Final = queries.get("advance_definitions")
-NOW_SQL: Final = "SELECT coalesce($1::timestamptz, now())"
 
 DEFAULT_LOOKAHEAD: Final = timedelta(seconds=60)
 DEFAULT_GRACE: Final = timedelta(seconds=10)
@@ -181,8 +180,7 @@ async def materialise(
 ) -> Materialised:
     """One batch: lock due definitions, insert their runs, advance ``next_due_at``."""
     async with conn.transaction():
-        instant = await conn.fetchval(NOW_SQL, now)
-        assert isinstance(instant, datetime)
+        instant = await clock.now(conn, now)
         rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
         if not rows:
             return Materialised(0, 0, 0)

@@ -58,12 +58,6 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
-        self.requests = Counter(
-            "tickwork_http_requests",
-            "HTTP requests answered, by route and status.",
-            ["route", "status"],
-            registry=self.registry,
-        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -22,14 +22,14 @@ from typing import Any, Final
 
 import kopf
 
-from tickwork.engine import manifests
+from tickwork.core.testsignal import Signals, TestSignal
+from tickwork.engine import manifests, outages
 from tickwork.engine.jobs import Change
 from tickwork.engine.manifests import ManifestError
 from tickwork.engine.reconcile import Applied, Reconciler
 from tickwork.operator import admission, status
 from tickwork.operator.events import EventRecorder, Reason
-from tickwork.operator.objects import ObjectCache, Seen
-from tickwork.store import outages
+from tickwork.operator.objects import Key, ObjectCache, Seen
 
 logger = logging.getLogger("tickwork.operator")
 
@@ -37,6 +37,14 @@ GROUP: Final = manifests.API_GROUP
 VERSION: Final = manifests.API_VERSION
 PLURAL: Final = manifests.PLURAL
 FINALIZER: Final = f"{GROUP}/finalizer"
+
+
+@dataclass
+class OperatorSignals(Signals):
+    """What a test can wait on (``operator.test_signals.init()`` before ``run()``)."""
+
+    reconciled: TestSignal[Key] = field(default_factory=lambda: TestSignal("reconciled"))
+    """The reconcile handler of an object returned (its status patch, if any, follows)."""
 
 
 @dataclass
@@ -54,6 +62,7 @@ class Context:
     # bounded, and would read as an outage).
     slots: dict[int, asyncio.Semaphore] = field(default_factory=dict)
     slots_per_shard: int = 4
+    signals: OperatorSignals = field(default_factory=OperatorSignals)
 
     @contextlib.asynccontextmanager
     async def store_slot(self, namespace: str, name: str) -> AsyncIterator[None]:
@@ -128,11 +137,13 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
         context = _context(memo)
         meta = body.get("metadata") or {}
+        key: Key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         try:
-            async with context.store_slot(str(meta.get("namespace")), str(meta.get("name"))):
+            async with context.store_slot(*key):
                 applied = await context.reconciler.apply_object(body, _source(body))
         except ManifestError as error:
             context.invalid(body, patch, error)
+            context.signals.reconciled.signal(key)
             return
         except Exception as error:
             if not outages.is_outage(error):
@@ -143,6 +154,7 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
                 delay=context.store_retry_seconds,
             ) from error
         context.stored(body, patch, applied)
+        context.signals.reconciled.signal(key)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="remove")
     async def remove(

@@ -10,9 +10,11 @@ from typing import Final
 
 from aiohttp import web
 
+from tickwork.core.settings import OperatorSettings
+
 logger = logging.getLogger("tickwork.operator.health")
 
-DEFAULT_PORT: Final = 8081
+DEFAULT_PORT: Final = OperatorSettings.model_fields["health_port"].default
 
 
 class HealthServer:

@@ -20,15 +20,16 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from tickwork.core.records import JobStatus
+from tickwork.core.settings import OperatorSettings
+from tickwork.engine import outages
 from tickwork.engine.status_feed import StatusFeed
 from tickwork.operator import status
 from tickwork.operator.events import DeadRunNotices, EventRecorder, Reason, run_dead_message
 from tickwork.operator.objects import Key, ObjectCache
-from tickwork.store import outages
 
 logger = logging.getLogger("tickwork.operator.status")
 
-DEFAULT_INTERVAL: Final = 10.0
+DEFAULT_INTERVAL: Final = OperatorSettings.model_fields["status_interval"].default
 CONCURRENT_WRITES: Final = 16
 
 

@@ -16,14 +16,14 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import kopf
 
-from tickwork.core.errors import SchemaMismatch
 from tickwork.core.records import Manager
+from tickwork.core.settings import OperatorSettings, WebhookSettings
+from tickwork.engine import outages, readiness
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.reconcile import Reconciler
 from tickwork.engine.status_feed import StatusFeed
@@ -32,47 +32,23 @@ from tickwork.operator.admission import ManagedWebhook
 from tickwork.operator.cluster import Cluster, ClusterError
 from tickwork.operator.events import DeadRunNotices, EventRecorder
 from tickwork.operator.objects import ObjectCache
-from tickwork.operator.refresh import DEFAULT_INTERVAL, StatusPass
-from tickwork.store import migrate, outages
+from tickwork.operator.refresh import StatusPass
 
 logger = logging.getLogger("tickwork.operator")
 
 ACTOR: Final = "operator"
 
 
-@dataclass(frozen=True)
-class WebhookSettings:
-    """The admission webhook's server (Kopf's) and who keeps its configuration."""
-
-    port: int | None = 9443  # None: any free port (tests)
-    bind: str = "0.0.0.0"  # noqa: S104 - the API server connects from outside the pod
-    host: str | None = None  # written into a managed clientConfig.url
-    insecure: bool = False  # plain HTTP: development and tests only
-    cert_file: str | None = None
-    key_file: str | None = None
-    manage: bool = True  # False: the Helm chart keeps the configuration
-
-    def server(self) -> kopf.WebhookServer:
-        return kopf.WebhookServer(
-            addr=self.bind,
-            port=self.port,
-            host=self.host,
-            insecure=self.insecure,
-            certfile=self.cert_file,
-            pkeyfile=self.key_file,
-        )
-
-
-@dataclass(frozen=True)
-class OperatorSettings:
-    namespaces: tuple[str, ...] = ()  # empty: every namespace
-    webhook: WebhookSettings | None = field(default_factory=WebhookSettings)  # None: off
-    status_interval: float = DEFAULT_INTERVAL
-    health_port: int | None = health.DEFAULT_PORT  # None: no health server
-    health_bind: str = "0.0.0.0"  # noqa: S104 - probed by the kubelet
-    store_retry_seconds: float = 5.0
-    # Adjusts Kopf's own settings (tests shorten its timeouts).
-    tune: Callable[[kopf.OperatorSettings], None] | None = None
+def webhook_server(settings: WebhookSettings) -> kopf.WebhookServer:
+    """Kopf's webhook server as ``settings`` say (``port`` None: any free port)."""
+    return kopf.WebhookServer(
+        addr=settings.bind,
+        port=settings.port,
+        host=settings.host,
+        insecure=settings.insecure,
+        certfile=None if settings.cert_file is None else str(settings.cert_file),
+        pkeyfile=None if settings.key_file is None else str(settings.key_file),
+    )
 
 
 class _NotKopf(Collection["asyncio.Task[Any]"]):
@@ -102,10 +78,13 @@ class Operator:
         settings: OperatorSettings | None = None,
         *,
         now: Callable[[], datetime] | None = None,
+        tune: Callable[[kopf.OperatorSettings], None] | None = None,
     ) -> None:
+        """``tune`` adjusts Kopf's own settings (tests shorten its timeouts)."""
         self.jobs = jobs
         self.cluster = cluster
         self.settings = settings or OperatorSettings()
+        self.tune = tune
         self.objects = ObjectCache()
         self.reconciler = Reconciler(jobs, Manager.kubernetes, ACTOR)
         self.events = EventRecorder(cluster, instance=socket.gethostname(), clock=now)
@@ -130,15 +109,16 @@ class Operator:
         )
         webhook = self.settings.webhook
         self.registry = kopf.OperatorRegistry()
-        handlers.register(self.registry, admission_webhook=webhook is not None)
+        handlers.register(self.registry, admission_webhook=webhook.enabled)
         self.webhook: ManagedWebhook | None = None
-        if webhook is not None:
+        if webhook.enabled:
             self.webhook = ManagedWebhook(
-                webhook.server(),
+                webhook_server(webhook),
                 cluster if webhook.manage else None,
                 self.settings.namespaces,
             )
         self.health: health.HealthServer | None = None
+        self.test_signals = self.context.signals
         # Test signals.
         self.ready = asyncio.Event()  # Kopf is watching and the cache is seeded
         self.resynced = asyncio.Event()  # gone objects' definitions removed
@@ -155,8 +135,8 @@ class Operator:
         settings.posting.enabled = False
         settings.admission.server = self.webhook
         settings.admission.managed = None
-        if self.settings.tune is not None:
-            self.settings.tune(settings)
+        if self.tune is not None:
+            self.tune(settings)
         return settings
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -271,16 +251,5 @@ class Operator:
             return
 
     async def _store_problem(self) -> str | None:
-        database = self.jobs.database
-        shard_map = database.shard_map
-        for number in range(shard_map.count):
-            try:
-                async with database.connection(number) as conn:
-                    await migrate.check_shard(conn, shard_map[number], shard_map.count)
-            except SchemaMismatch as error:
-                return error.detail
-            except Exception as error:
-                if not outages.is_outage(error):
-                    raise
-                return f"shard {number} unreachable: {outages.describe(error)}"
-        return None
+        found = await readiness.check(self.jobs.database, self.settings.readiness_timeout_seconds)
+        return "; ".join(found.problems) or None

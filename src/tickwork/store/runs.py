@@ -11,10 +11,13 @@ from tickwork.core import shards
 from tickwork.core.errors import InvalidState, NotFound
 from tickwork.core.records import (
     PENDING,
+    UNRESTRICTED,
     Attempt,
     JobRunSummary,
     NewRun,
+    Row,
     Run,
+    Scope,
     State,
     decode_json,
 )
@@ -87,6 +90,14 @@ async def set_dry_run(conn: Connection, tenant: str, job: str, dry_run: bool) ->
     await conn.execute(SET_DRY_RUN, tenant, job, dry_run)
 
 
+async def by_key(
+    conn: Connection, shard: int, tenant: str, job: str, idempotency_key: str
+) -> Run | None:
+    """The run of ``tenant/job`` enqueued with ``idempotency_key``, if any."""
+    row = await conn.fetchrow(RUN_BY_KEY, tenant, job, idempotency_key)
+    return None if row is None else Run.from_record(shard, row)
+
+
 async def insert_many(
     conn: Connection, shard: int, news: list[NewRun], now: datetime | None = None
 ) -> list[tuple[Run, bool]]:
@@ -139,11 +150,33 @@ async def notify_ready(conn: Connection, queues: list[str]) -> None:
         await conn.execute(NOTIFY_READY, queues)
 
 
-async def get(conn: Connection, shard: int, run_id: int) -> Run:
+def _absent(shard: int, run_id: int) -> NotFound:
+    return NotFound(f"no run {shards.format_run_id(shard, run_id)!r}", field="runId")
+
+
+def _visible(row: Row | None, scope: Scope) -> bool:
+    # A run outside the caller's tenant or queues is reported as absent: existence of
+    # another team's runs is not the caller's business.
+    return row is not None and scope.allows(row["tenant"], row["queue"])
+
+
+async def get(conn: Connection, shard: int, run_id: int, scope: Scope = UNRESTRICTED) -> Run:
+    """The run, if ``scope`` may see it (``NotFound`` otherwise)."""
     row = await conn.fetchrow(RUN_BY_ID, run_id)
-    if row is None:
-        raise NotFound(f"no run {shards.format_run_id(shard, run_id)!r}", field="runId")
+    if row is None or not _visible(row, scope):
+        raise _absent(shard, run_id)
     return Run.from_record(shard, row)
+
+
+async def require_visible(
+    conn: Connection, shard: int, run_id: int, scope: Scope = UNRESTRICTED
+) -> None:
+    """``NotFound`` unless the run exists and ``scope`` may see it. A run's tenant and
+    queue never change, so the answer holds for the rest of the caller's transaction."""
+    if scope == UNRESTRICTED:
+        return
+    if not _visible(await conn.fetchrow(RUN_BY_ID, run_id), scope):
+        raise _absent(shard, run_id)
 
 
 async def attempts(conn: Connection, run: Run) -> list[Attempt]:
@@ -194,9 +227,14 @@ async def list_of_job(
 
 
 async def cancel(
-    conn: Connection, shard: int, run_id: int, actor: str, now: datetime | None = None
+    conn: Connection,
+    shard: int,
+    run_id: int,
+    actor: str,
+    now: datetime | None = None,
+    scope: Scope = UNRESTRICTED,
 ) -> Run:
-    """Cancel a run: pending → cancelled; leased → ``cancelRequested``.
+    """Cancel a run ``scope`` may see: pending → cancelled; leased → ``cancelRequested``.
 
     Cancelling a cancelled run answers it unchanged; other finished runs are refused.
     """
@@ -204,8 +242,8 @@ async def cancel(
         current = await conn.fetchrow(LOCK_RUN, run_id)
         if current is None:
             current = await conn.fetchrow(FINISHED_RUN, run_id)
-        if current is None:
-            raise NotFound(f"no run {shards.format_run_id(shard, run_id)!r}", field="runId")
+        if current is None or not _visible(current, scope):
+            raise _absent(shard, run_id)
         state = State(current["state"])
         if state in PENDING:
             row = await conn.fetchrow(CANCEL_PENDING, run_id, now)

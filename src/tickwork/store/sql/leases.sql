@@ -463,3 +463,10 @@ WITH released AS (
     ON CONFLICT DO NOTHING
 )
 SELECT queue FROM released
+
+-- name: generic_plan
+-- The claim's plan is the same for every argument: see leases.claim.
+SET LOCAL plan_cache_mode TO force_generic_plan
+
+-- name: run_state
+SELECT state, tenant, queue FROM runs WHERE id = $1
