@@ -144,7 +144,11 @@ async def dashboard(context: Context) -> list[Table]:
     shard_map = await context.migrate(SHARDS)
     jobs_count = max(10, int(JOBS * scale()))
     runs_count = max(100, int(RUNS * scale()))
-    async with Database(shard_map, PoolSettings(max_size=4)) as database:
+    # A dispatcher's pools; the long waits are for the seeding, whose writers queue
+    # for connections on a busy machine longer than a role's request would.
+    async with Database(
+        shard_map, PoolSettings(max_size=4, acquire_timeout=60.0, connect_timeout=60.0)
+    ) as database:
         started = time.perf_counter()
         made = await _seed(database, jobs_count, runs_count)
         seeded = time.perf_counter() - started
