@@ -24,6 +24,7 @@ MODELS: Final[dict[str, type[Settings]]] = {
         role_settings.MigrateSettings,
         role_settings.SchedulerSettings,
         role_settings.DispatcherSettings,
+        role_settings.OperatorSettings,
         role_settings.DevSettings,
         WorkerSettings,
     )

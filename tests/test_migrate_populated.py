@@ -221,6 +221,7 @@ async def test_a_cron_run_finished_before_the_migration_is_not_materialised_agai
             None,
             0,
             0,
+            False,  # dry_run
         )
     ]
     async with db.connection(shard) as conn:

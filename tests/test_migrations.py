@@ -67,6 +67,7 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "attempts",
         "attempts_default",
         "audit_log",
+        "changed_jobs",
         "definitions",
         "enqueue_buckets",
         "finished_runs",
@@ -90,6 +91,7 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "run_keys_cron_due",
         "finished_runs_dead",
         "definitions_due",
+        "definitions_managed",
         "attempts_run",
     } <= index_names
     assert MIGRATION.findall(canonical) == [
@@ -432,6 +434,7 @@ WEIGHTS = [0.7, 0.25, 0.05]
                 [None],
                 [0],
                 [0],
+                [False],
                 None,
             ),
             # ON CONFLICT DO NOTHING arbitrates on every unique index of run_keys.

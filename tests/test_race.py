@@ -72,6 +72,7 @@ async def preload(
                 now,
                 0,  # no concurrency limit
                 None,  # no request fingerprint: no idempotency key
+                False,  # not a dry run
             )
             for i in range(count)
         ],

@@ -23,6 +23,7 @@ LEASE_FIELDS = {
     "dueAt",
     "leaseExpiresAt",
     "deadline",
+    "dryRun",
     "payload",
 }
 

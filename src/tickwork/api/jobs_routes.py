@@ -46,6 +46,15 @@ _errors: dict[int | str, dict[str, Any]] = {
         404: "not-found",
     }.items()
 }
+# PUT, DELETE, :pause and :resume of a job a ScheduledJob declares.
+_managed_errors: dict[int | str, dict[str, Any]] = {
+    **_errors,
+    409: {
+        "model": models.Problem,
+        "description": "managed-by-kubernetes: the job is defined by a ScheduledJob; "
+        "edit that object instead",
+    },
+}
 
 
 def _job_name(name: str) -> str:
@@ -83,7 +92,7 @@ async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]
 @router.put(
     "/jobs/{name}",
     summary="Create or replace a job",
-    responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_errors},
+    responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_managed_errors},
     openapi_extra=bodies.openapi(JobSpec, required=True),
 )
 async def put_job(
@@ -117,7 +126,7 @@ async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam =
 @router.delete(
     "/jobs/{name}",
     summary="Delete a job: cancel its pending runs, keep history",
-    responses={200: {"description": "What was cancelled."}, **_errors},
+    responses={200: {"description": "What was cancelled."}, **_managed_errors},
 )
 async def delete_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -158,7 +167,7 @@ async def list_jobs(
 @router.post(
     "/jobs/{name}:pause",
     summary="Pause a job (idempotent)",
-    responses={200: {"model": models.Job}, **_errors},
+    responses={200: {"model": models.Job}, **_managed_errors},
 )
 async def pause_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -171,7 +180,7 @@ async def pause_job(
 @router.post(
     "/jobs/{name}:resume",
     summary="Resume a job (idempotent)",
-    responses={200: {"model": models.Job}, **_errors},
+    responses={200: {"model": models.Job}, **_managed_errors},
 )
 async def resume_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None

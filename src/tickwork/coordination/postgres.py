@@ -1,5 +1,5 @@
 """The ``postgres`` coordination backend: each shard keeps its own lease and the
-scheduler members in its own schema (migration 0006), judged on its database clock.
+scheduler members in its own schema (migration 0007), judged on its database clock.
 
 For ``tickwork dev`` and installations without Kubernetes. A round reads every shard
 in parallel, each bounded on its own: a shard whose database is down or hanging is

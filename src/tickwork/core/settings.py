@@ -2,7 +2,8 @@
 the field.
 
 Every role (the worker SDK, ``tickwork scheduler``, ``tickwork dispatcher``,
-``tickwork migrate``, ``tickwork dev``) takes one frozen settings object. Each field
+``tickwork operator``, ``tickwork migrate``, ``tickwork dev``) takes one frozen settings
+object. Each field
 carries its default, its bounds and, in the docstring under it, what it means: the
 command line builds its options from these fields (name, environment variable,
 default, bounds and help), and the tables of ``docs/configuration.md`` and
@@ -391,6 +392,82 @@ class DispatcherSettings(Settings):
 
     edge: EdgeSettings = EdgeSettings()
     """What the process accepts from the network."""
+
+
+class WebhookSettings(Settings):
+    """The operator's admission webhook (Kopf serves it) and who keeps its
+    ``ValidatingWebhookConfiguration`` (``docs/kubernetes.md``, Admission)."""
+
+    port: Annotated[int | None, Field(ge=0, le=65535), Option("--webhook-port")] = 9443
+    """Port of the admission webhook; 0 turns the webhook off (embedded in a program,
+    ``None`` takes any free port)."""
+
+    bind: Annotated[str, Option("--webhook-bind")] = "0.0.0.0"  # noqa: S104 - from the API server
+    """Address the webhook listens on."""
+
+    host: Annotated[str | None, Option("--webhook-host")] = None
+    """Host name the API server reaches the webhook at, written into a managed
+    ``clientConfig.url`` (default: the bind address)."""
+
+    insecure: Annotated[bool, Option("--webhook-insecure")] = False
+    """Serve the webhook over plain HTTP (development and tests only)."""
+
+    manage: Annotated[bool, Option("--webhook-manage/--no-webhook-manage")] = True
+    """Create and update the ``ValidatingWebhookConfiguration`` (``clientConfig.url``);
+    ``--no-webhook-manage`` leaves it to the Helm chart (``clientConfig.service`` and
+    ``caBundle``)."""
+
+    cert_file: Annotated[Path | None, Option("--webhook-cert", path="file", exists=True)] = None
+    """PEM certificate of the webhook (with ``--webhook-key``); without both a
+    self-signed one is made."""
+
+    key_file: Annotated[Path | None, Option("--webhook-key", path="file", exists=True)] = None
+    """PEM private key of ``--webhook-cert``."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.port != 0
+
+
+class OperatorSettings(Settings):
+    """``tickwork operator``: reconcile ScheduledJob objects into the shards, keep their
+    status and Events, serve the admission webhook."""
+
+    database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
+
+    namespaces: Annotated[tuple[str, ...], Option("--namespace")] = ()
+    """Serve the ScheduledJobs of this namespace (repeatable); the command needs it or
+    ``--all-namespaces`` (embedded in a program, none means every namespace)."""
+
+    all_namespaces: Annotated[bool, Option("--all-namespaces")] = False
+    """Serve the ScheduledJobs of every namespace."""
+
+    webhook: WebhookSettings = WebhookSettings()
+    """The admission webhook."""
+
+    status_interval: Annotated[float, Field(ge=0.1), Option("--status-interval")] = 10.0
+    """Seconds between status passes (the run-derived status of the jobs whose runs
+    changed)."""
+
+    health_port: Annotated[int | None, Field(ge=0, le=65535), Option("--health-port")] = 8081
+    """Port of ``/healthz`` (alive) and ``/readyz`` (watching, store reachable); 0: any
+    free port (embedded in a program, ``None`` serves none)."""
+
+    health_bind: str = "0.0.0.0"  # noqa: S104 - probed by the kubelet
+    """Address the health server listens on."""
+
+    kubeconfig: Annotated[
+        Path | None, Option("--kubeconfig", env="KUBECONFIG", path="file", exists=True)
+    ] = None
+    """kubeconfig file; without it ``~/.kube/config``, else the pod's service account."""
+
+    store_retry_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """While the store is down, an object's reconcile (and the resync at start) is
+    tried again after this long."""
+
+    readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
+    """``/readyz`` answers within this many seconds even when a shard's link hangs."""
 
 
 DEV_SHARD_COUNT: Final = 4

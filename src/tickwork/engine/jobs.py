@@ -18,12 +18,19 @@ import orjson
 
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
-from tickwork.core.errors import ConcurrencyLimit, IdempotencyKeyReused, InvalidRequest
+from tickwork.core.errors import (
+    ConcurrencyLimit,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    ManagedByKubernetes,
+)
 from tickwork.core.records import (
     UNRESTRICTED,
     Attempt,
     Definition,
     JobRunSummary,
+    JobStatus,
+    Manager,
     NewRun,
     Origin,
     Run,
@@ -142,23 +149,44 @@ class Jobs:
     def locate_run(self, run_id: str) -> tuple[int, int]:
         return shards.parse_run_id(run_id, self.database.shard_count)
 
-    async def put(self, tenant: str, name: str, spec: JobSpec, actor: str) -> Stored:
+    async def put(
+        self,
+        tenant: str,
+        name: str,
+        spec: JobSpec,
+        actor: str,
+        *,
+        manager: Manager | None = None,
+    ) -> Stored:
         """Create or replace a job. ``next_due_at`` is recomputed only when the fire
         times changed (cron, timeZone or runAt), so an edit neither loses nor duplicates
         a run. Putting the spec the job already has writes nothing: no generation bump,
-        no audit entry (a manifest applied again, a GitOps resync)."""
+        no audit entry (a manifest applied again, a GitOps resync).
+
+        ``manager`` says where the job is declared (None: the HTTP API). The API may not
+        replace a managed job (``ManagedByKubernetes``); a declaration takes over a job
+        the API made, since the declaration is what GitOps keeps true."""
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
             current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
-            if current is not None and current.spec.to_document() == spec.to_document():
-                return Stored(current, Change.unchanged)
+            if current is not None:
+                refuse_managed(current, manager)
+                if (
+                    current.managed_by is manager
+                    and current.spec.to_document() == spec.to_document()
+                ):
+                    return Stored(current, Change.unchanged)
             if current is not None and same_fire_times(current.spec, spec):
                 next_due = current.next_due_at
             else:
                 next_due = next_due_after(spec, await database_now(conn, self.clock))
             definition, created = await definitions.upsert(
-                conn, shard, tenant, name, spec, next_due, actor, self.clock.now()
+                conn, shard, tenant, name, spec, next_due, actor, self.clock.now(), manager
             )
+            if current is not None and current.spec.dry_run != spec.dry_run:
+                # Switching a shadowed cron over must not leave a run behind in the
+                # old mode: every run not leased yet follows.
+                await runs.set_dry_run(conn, tenant, name, spec.dry_run)
             return Stored(definition, Change.created if created else Change.updated)
 
     async def get(self, tenant: str, name: str) -> JobView:
@@ -193,17 +221,52 @@ class Jobs:
         more = len(merged) > limit
         return views, (page[-1].name if more and page else None)
 
-    async def delete(self, tenant: str, name: str, actor: str) -> tuple[int, int]:
+    async def delete(
+        self, tenant: str, name: str, actor: str, *, manager: Manager | None = None
+    ) -> tuple[int, int]:
+        """Delete a job, cancel its pending runs, keep its history; returns ``(cancelled,
+        cancel_requested)``. Through the API (``manager`` None) a managed job is refused;
+        a declaration deletes only a job it keeps (else ``NotFound``: a ScheduledJob
+        that never got stored must not take the API's job of the same name with it)."""
         shard = self.shard_of(tenant, name)
-        async with self.database.connection(shard) as conn:
+        async with self.database.transaction(shard) as conn:
+            current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
+            if current is not None:
+                refuse_managed(current, manager)
+            if current is None or current.managed_by is not manager:
+                raise definitions.not_found(tenant, name)
             return await definitions.delete(conn, tenant, name, actor, self.clock.now())
 
     async def set_paused(self, tenant: str, name: str, paused: bool, actor: str) -> Definition:
+        """Pause or resume through the API (a managed job is paused in its declaration)."""
         shard = self.shard_of(tenant, name)
-        async with self.database.connection(shard) as conn:
+        async with self.database.transaction(shard) as conn:
+            current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
+            if current is not None:
+                refuse_managed(current, None)
             return await definitions.set_paused(
                 conn, shard, tenant, name, paused, actor, self.clock.now()
             )
+
+    async def statuses(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], JobStatus]:
+        """The status of the jobs ``keys`` (``(tenant, name)``): one query per shard."""
+        by_shard: dict[int, list[tuple[str, str]]] = {}
+        for tenant, name in keys:
+            by_shard.setdefault(self.shard_of(tenant, name), []).append((tenant, name))
+        found: dict[tuple[str, str], JobStatus] = {}
+        for shard, wanted in sorted(by_shard.items()):
+            async with self.database.connection(shard) as conn:
+                for status in await definitions.statuses(conn, shard, wanted):
+                    found[(status.tenant, status.name)] = status
+        return found
+
+    async def managed(self, manager: Manager, tenants: list[str] | None) -> list[tuple[str, str]]:
+        """``(tenant, name)`` of every job ``manager`` keeps in ``tenants`` (None: all)."""
+        found: list[tuple[str, str]] = []
+        for shard in range(self.database.shard_count):
+            async with self.database.connection(shard) as conn:
+                found += await definitions.managed(conn, manager, tenants)
+        return sorted(found)
 
     async def enqueue(
         self, tenant: str, name: str, request: EnqueueRequest, actor: str
@@ -265,6 +328,7 @@ class Jobs:
             idempotency_key=request.idempotency_key,
             payload_json=None if payload is None else orjson.dumps(payload).decode(),
             concurrency=spec.concurrency,
+            dry_run=spec.dry_run,
             request_fingerprint=(
                 None if request.idempotency_key is None else request.fingerprint()
             ),
@@ -370,6 +434,16 @@ class Jobs:
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
             return await dlq.discard(conn, shard, local, actor, self.clock.now(), scope)
+
+
+def refuse_managed(current: Definition, manager: Manager | None) -> None:
+    """The API (``manager`` None) may not change a job a declaration keeps."""
+    if manager is None and current.managed_by is not None:
+        raise ManagedByKubernetes(
+            f"job {current.name!r} is defined by a ScheduledJob: edit the ScheduledJob "
+            f"{current.tenant}/{current.name}",
+            field="name",
+        )
 
 
 # The DLQ's cursor: the (finishedAt, shard, id) of the last dead run of a page.

@@ -99,6 +99,7 @@ class Plan:
     due_times: tuple[datetime, ...]  # nominal times to insert runs for, ascending
     next_due_at: datetime | None  # the next fire time after the horizon
     dropped: int | None  # run_all: missed times over the cap (None: no catch-up now)
+    caught_up: int = 0  # missed fire times inserted as catch-up runs
 
 
 def latest_before(
@@ -160,7 +161,7 @@ def plan(
         missed = [first, *kept][-run_all_cap:]
         dropped = later + 1 - len(missed)
     upcoming, next_due = fire_times(due.cron, due.time_zone, cutoff, horizon)
-    return Plan((*missed, *upcoming), next_due, dropped)
+    return Plan((*missed, *upcoming), next_due, dropped, len(missed))
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,13 +223,16 @@ async def materialise(
                         row["payload"],
                         len(planned_runs),
                         row["concurrency"],
+                        row["dry_run"],
                     )
                 )
-            advanced.append((due.tenant, due.name, planned.next_due_at, planned.dropped))
+            advanced.append(
+                (due.tenant, due.name, planned.next_due_at, planned.dropped, planned.caught_up)
+            )
         inserted: Sequence[asyncpg.Record] = await conn.fetch(
-            INSERT_PLANNED_RUNS, *_columns(planned_runs, 16), now
+            INSERT_PLANNED_RUNS, *_columns(planned_runs, 17), now
         )
-        await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 4))
+        await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 5))
         ready = [r["queue"] for r in inserted if r["state"] == "ready"]
         await notify_ready(conn, ready)
     return Materialised(len(rows), len(inserted), len(ready))

@@ -21,6 +21,7 @@ class Readiness:
     shards: int
     problems: tuple[str, ...] = ()
     down: tuple[int, ...] = ()  # the shard numbers the problems are about
+    mismatched: tuple[int, ...] = ()  # of those, the ones of another schema version
 
     @property
     def ready(self) -> bool:
@@ -34,11 +35,14 @@ _abandoned: set[asyncio.Task[str | None]] = set()
 async def check(database: Database, within: float) -> Readiness:
     shard_map = database.shard_map
 
+    mismatched: list[int] = []
+
     async def one(number: int) -> str | None:
         try:
             async with database.connection(number) as conn:
                 await migrate.check_shard(conn, shard_map[number], shard_map.count)
         except SchemaMismatch as error:
+            mismatched.append(number)
             return error.detail
         except Exception as error:
             if not outages.is_outage(error):
@@ -61,4 +65,4 @@ async def check(database: Database, within: float) -> Readiness:
         if problem is not None:
             problems.append(problem)
             down.append(number)
-    return Readiness(shard_map.count, tuple(problems), tuple(down))
+    return Readiness(shard_map.count, tuple(problems), tuple(down), tuple(sorted(mismatched)))

@@ -107,6 +107,7 @@ async def claim(
             row["lease_expires_at"],
             row["deadline"],
             row["payload"],
+            row["dry_run"],
         )
         for row in rows
     ]

@@ -42,6 +42,7 @@ JOB_RUN_COUNTS: Final = queries.get("job_run_counts")
 LAST_FINISHED_RUN: Final = queries.get("last_finished_run")
 RECORD_AUDIT: Final = queries.get("record_audit")
 NOTIFY_READY: Final = queries.get("notify_ready")
+SET_DRY_RUN: Final = queries.get("set_dry_run")
 
 
 async def insert(
@@ -71,6 +72,7 @@ async def insert(
         now,
         new.concurrency,
         new.request_fingerprint,
+        new.dry_run,
     )
     if row is None:
         existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
@@ -81,6 +83,11 @@ async def insert(
     if run.state is State.ready:
         await notify_ready(conn, [run.queue])
     return run, True
+
+
+async def set_dry_run(conn: Connection, tenant: str, job: str, dry_run: bool) -> None:
+    """Put the job's runs not leased yet in (or out of) dry-run mode."""
+    await conn.execute(SET_DRY_RUN, tenant, job, dry_run)
 
 
 async def by_key(
@@ -118,6 +125,8 @@ async def insert_many(
         now,
         [n.concurrency for n in news],
         [n.request_fingerprint for n in news],
+        # One job's runs: one mode for the whole batch.
+        any(n.dry_run for n in news),
     )
     inserted = {row["id"]: Run.from_record(shard, row) for row in rows}
     results: list[tuple[Run, bool]] = []

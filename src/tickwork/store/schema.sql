@@ -7,7 +7,8 @@
 -- migration 0003_request_fingerprint
 -- migration 0004_audit_by_time
 -- migration 0005_live_and_finished_runs
--- migration 0006_shard_leases
+-- migration 0006_kubernetes
+-- migration 0007_shard_leases
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -60,6 +61,13 @@ CREATE INDEX audit_log_job_at ON audit_log USING btree (tenant, job, at DESC, id
 CREATE UNIQUE INDEX audit_log_pkey ON audit_log USING btree (id);
 CREATE INDEX audit_log_tenant_at ON audit_log USING btree (tenant, at DESC, id DESC);
 
+CREATE TABLE changed_jobs (
+    tenant text NOT NULL,
+    job text NOT NULL
+);
+ALTER TABLE changed_jobs ADD CONSTRAINT changed_jobs_pkey PRIMARY KEY (tenant, job);
+CREATE UNIQUE INDEX changed_jobs_pkey ON changed_jobs USING btree (tenant, job);
+
 CREATE TABLE definitions (
     tenant text NOT NULL,
     name text NOT NULL,
@@ -71,11 +79,15 @@ CREATE TABLE definitions (
     missed_dropped integer NOT NULL DEFAULT 0,
     generation bigint NOT NULL DEFAULT 1,
     created_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL
+    updated_at timestamp with time zone NOT NULL,
+    managed_by text,
+    missed_caught_up bigint NOT NULL DEFAULT 0
 );
+ALTER TABLE definitions ADD CONSTRAINT definitions_managed_by_check CHECK ((managed_by = ANY (ARRAY['kubernetes'::text, 'manifests'::text])));
 ALTER TABLE definitions ADD CONSTRAINT definitions_pkey PRIMARY KEY (tenant, name);
 ALTER TABLE definitions ADD CONSTRAINT definitions_priority_check CHECK (((priority >= 0) AND (priority <= 2)));
 CREATE INDEX definitions_due ON definitions USING btree (next_due_at) WHERE ((NOT paused) AND (next_due_at IS NOT NULL));
+CREATE INDEX definitions_managed ON definitions USING btree (managed_by, tenant, name) WHERE (managed_by IS NOT NULL);
 CREATE UNIQUE INDEX definitions_pkey ON definitions USING btree (tenant, name);
 
 CREATE TABLE enqueue_buckets (
@@ -121,6 +133,7 @@ CREATE TABLE finished_runs (
 ALTER TABLE finished_runs ADD CONSTRAINT finished_runs_state_check CHECK ((state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'discarded'::text, 'skipped'::text])));
 CREATE INDEX finished_runs_by_job ON ONLY finished_runs USING btree (tenant, job, id DESC);
 CREATE INDEX finished_runs_dead ON ONLY finished_runs USING btree (tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text);
+CREATE INDEX finished_runs_dead_by_job ON ONLY finished_runs USING btree (tenant, job) WHERE (state = 'dead'::text);
 CREATE INDEX finished_runs_id ON ONLY finished_runs USING btree (id);
 
 CREATE TABLE finished_runs_default (
@@ -158,6 +171,7 @@ ALTER TABLE finished_runs_default ADD CONSTRAINT finished_runs_state_check CHECK
 CREATE INDEX finished_runs_default_id_idx ON finished_runs_default USING btree (id);
 CREATE INDEX finished_runs_default_tenant_finished_at_id_idx ON finished_runs_default USING btree (tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text);
 CREATE INDEX finished_runs_default_tenant_job_id_idx ON finished_runs_default USING btree (tenant, job, id DESC);
+CREATE INDEX finished_runs_default_tenant_job_idx ON finished_runs_default USING btree (tenant, job) WHERE (state = 'dead'::text);
 
 CREATE TABLE live_runs (
     id bigint NOT NULL DEFAULT nextval('run_ids'::regclass),
@@ -188,7 +202,8 @@ CREATE TABLE live_runs (
     updated_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
     concurrency integer NOT NULL DEFAULT 0,
-    request_fingerprint bytea
+    request_fingerprint bytea,
+    dry_run boolean NOT NULL DEFAULT false
 );
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_concurrency_check CHECK ((concurrency >= 0));
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_max_attempts_check CHECK ((max_attempts >= 1));

@@ -63,6 +63,14 @@ async def execute(session: Session, held: Held) -> None:
                 context,
                 f"worker {session.settings.worker_id} has no handler for job {context.job!r}",
             )
+        elif context.dry_run and not session.handlers.supports_dry_run(context.job, context.queue):
+            log.info(
+                "run %s of job %r is a dry run and its handler does not support dry runs: skipped",
+                context.run_id,
+                context.job,
+                extra={"action": "dry-run-skipped", "run_id": context.run_id},
+            )
+            completion = Completion(context.run_id, context.fencing_token, "succeeded")
         else:
             await handlers.call(handler, context, session.loop, session.executor)
             completion = Completion(context.run_id, context.fencing_token, "succeeded")

@@ -105,26 +105,41 @@ class Worker:
     # Handlers
 
     def handler(
-        self, *, job: str | None = None, queue: str | None = None
+        self, *, job: str | None = None, queue: str | None = None, dry_run: bool = False
     ) -> Callable[[HandlerT], HandlerT]:
         """Decorator: ``@worker.handler(job="export-invoices")``, ``@worker.handler(
-        queue="billing")``, or ``@worker.handler()`` for the default handler."""
+        queue="billing")``, or ``@worker.handler()`` for the default handler.
+
+        ``dry_run=True`` declares that the handler supports dry-run mode: it checks
+        ``ctx.dry_run`` and, when set, only logs what it would do. The runs of a job in
+        dry-run mode (``spec.dryRun: true``) go only to such handlers; any other handler
+        is skipped for them (the run is completed as succeeded, untouched)."""
 
         def decorate(function: HandlerT) -> HandlerT:
-            self.register(function, job=job, queue=queue)
+            self.register(function, job=job, queue=queue, dry_run=dry_run)
             return function
 
         return decorate
 
     def register(
-        self, function: Handler, *, job: str | None = None, queue: str | None = None
+        self,
+        function: Handler,
+        *,
+        job: str | None = None,
+        queue: str | None = None,
+        dry_run: bool = False,
     ) -> None:
-        """Register ``function`` for one job, for one queue, or (neither) as the default."""
-        self._handlers.register(function, job=job, queue=queue)
+        """Register ``function`` for one job, for one queue, or (neither) as the default;
+        ``dry_run=True``: it supports dry-run mode (see ``handler``)."""
+        self._handlers.register(function, job=job, queue=queue, dry_run=dry_run)
 
     def handler_for(self, job: str, queue: str) -> Handler | None:
         """The handler of a run: the job's, else the queue's, else the default."""
         return self._handlers.handler_for(job, queue)
+
+    def supports_dry_run(self, job: str, queue: str) -> bool:
+        """Whether the handler of ``job``/``queue`` was registered with ``dry_run=True``."""
+        return self._handlers.supports_dry_run(job, queue)
 
     # Running
 

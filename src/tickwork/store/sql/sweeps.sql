@@ -32,7 +32,7 @@ WITH clock AS (
     SET state = 'ready', updated_at = clock.now
     FROM clock
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE NOT late))
-    RETURNING r.queue, r.state
+    RETURNING r.tenant, r.job, r.queue, r.state
 ), ended AS (
     DELETE FROM live_runs AS r
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE late))
@@ -45,7 +45,12 @@ WITH clock AS (
            lease_expires_at, deadline, cancel_requested, last_error, created_at, clock.now,
            clock.now, concurrency, request_fingerprint
     FROM ended, clock
-    RETURNING queue, state
+    RETURNING tenant, job, queue, state
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM (SELECT tenant, job FROM flipped UNION ALL SELECT tenant, job FROM moved) AS c
+    ON CONFLICT DO NOTHING
 )
 SELECT queue, state FROM flipped
 UNION ALL
@@ -68,6 +73,11 @@ WITH clock AS (
     DELETE FROM live_runs AS r
     WHERE r.id = ANY(ARRAY(SELECT id FROM late))
     RETURNING r.*
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM ended
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO finished_runs
 SELECT id, tenant, job, queue, priority, 'skipped', origin, attempt, max_attempts,

@@ -1,4 +1,4 @@
--- tickwork shard schema, version 6: shard ownership without Kubernetes (the postgres
+-- tickwork shard schema, version 7: shard ownership without Kubernetes (the postgres
 -- coordination backend of `tickwork scheduler` and `tickwork dev`).
 --
 -- shard_lease: who SHOULD schedule this shard, with the fields of a Kubernetes Lease
