@@ -3,8 +3,10 @@ backend it cannot reach: one line, exit status 1, before it schedules anything."
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,27 @@ def test_kubernetes_coordination_without_a_cluster_is_one_line_and_exit_status_1
     assert result.output == (
         f"Error: cannot load the kubeconfig {tmp_path / 'no-such-kubeconfig'}: no such file\n"
     )
+
+
+async def test_a_taken_health_port_is_one_line_and_exit_status_1(database_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "tickwork", "scheduler", "--database-url", database_url, "--shards", "4"),
+            *("--coordination", "postgres", "--health-host", "127.0.0.1"),
+            *("--health-port", str(port)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            async with asyncio.timeout(30):
+                output, _ = await process.communicate()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 1, output
+    assert output.decode().startswith(f"Error: cannot listen on 127.0.0.1:{port}: "), output
