@@ -15,7 +15,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,embedded,dev]'
+	$(BIN)/pip install --quiet -e '.[server,embedded,kubernetes,dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install tickwork (editable) with the dev tools

@@ -11,11 +11,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from starlette.responses import Response
 
-from tickwork.api import bodies, models, render, responses
+from tickwork.api import auth, bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
 from tickwork.core import fields, limits, shards
-from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
+from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
 from tickwork.core.records import Attempt, Run, State
 from tickwork.core.spec import JobSpec, check_name
 from tickwork.engine.jobs import DeadCursor, EnqueueRequest
@@ -56,9 +56,15 @@ def _job_name(name: str) -> str:
     return name
 
 
-def _team(caller: Principal, tenant: str | None) -> str:
+async def _team(
+    caller: Principal, tenant: str | None, verb: str, resource: str, name: str | None = None
+) -> str:
+    """The tenant a team call acts for, once the caller may do ``verb`` on
+    ``resource`` (``name``) there."""
     caller.require(Role.team)
-    return caller.tenant_for(tenant)
+    owner = caller.tenant_for(tenant)
+    await auth.authorize(caller, auth.Action(verb, resource, owner, name))
+    return owner
 
 
 def _limit(svc: Services, limit: int | None) -> int:
@@ -66,14 +72,23 @@ def _limit(svc: Services, limit: int | None) -> int:
 
 
 async def _owned_run(
-    svc: Services, caller: Principal, run_id: str, *roles: Role
+    svc: Services, caller: Principal, run_id: str, action: tuple[str, str], *roles: Role
 ) -> tuple[Run, list[Attempt]]:
-    """The run with its attempts, if ``caller`` may see it: another tenant's run, or for a
-    worker token a run outside its queues, is reported as absent."""
+    """The run with its attempts, if ``caller`` may see it and do ``action`` (verb,
+    resource) on it: another tenant's run, or for a worker token a run outside its
+    queues, is reported as absent, as is a run RBAC hides in another namespace."""
     caller.require(*roles)
     run, attempts = await svc.jobs.run(run_id)
+    absent = NotFound(f"no run {run.run_id!r}", field="runId")
     if not caller.may_see(run.tenant, run.queue):
-        raise NotFound(f"no run {run.run_id!r}", field="runId")
+        raise absent
+    verb, resource = action
+    try:
+        await auth.authorize(caller, auth.Action(verb, resource, run.tenant, run.job))
+    except Forbidden:
+        if run.tenant != caller.tenant:
+            raise absent from None
+        raise
     return run, attempts
 
 
@@ -105,7 +120,7 @@ async def put_job(
     request: Request,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
     try:
         check_name(name)
     except ValueError as error:
@@ -122,7 +137,7 @@ async def put_job(
     responses={200: {"model": models.Job}, **_errors},
 )
 async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "get", "scheduledjobs", name)
     return responses.json(await _job_document(svc, owner, _job_name(name)))
 
 
@@ -134,7 +149,7 @@ async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam =
 async def delete_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "delete", "scheduledjobs", name)
     cancelled, requested = await svc.jobs.delete(owner, _job_name(name), caller.subject)
     return responses.json(
         {
@@ -156,7 +171,7 @@ async def list_jobs(
     cursor: Cursor = None,
     limit: Limit = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "list", "scheduledjobs")
     if cursor is not None:
         try:
             check_name(cursor)  # the cursor is the last name of the previous page
@@ -175,7 +190,7 @@ async def list_jobs(
 async def pause_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
     await svc.jobs.set_paused(owner, _job_name(name), True, caller.subject)
     return responses.json(await _job_document(svc, owner, name))
 
@@ -188,7 +203,7 @@ async def pause_job(
 async def resume_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
     await svc.jobs.set_paused(owner, _job_name(name), False, caller.subject)
     return responses.json(await _job_document(svc, owner, name))
 
@@ -227,7 +242,7 @@ async def enqueue(
     idempotency_key: IdempotencyKey = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "create", "runs", name)
     _job_name(name)
     body = await bodies.model(request, models.EnqueueRequest, required=False)
     body = body or models.EnqueueRequest()
@@ -265,7 +280,7 @@ async def enqueue(
 async def enqueue_batch(
     name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "create", "runs", name)
     _job_name(name)
     document = await bodies.document(request, lenient=True)
     if not isinstance(document, dict):
@@ -346,7 +361,7 @@ async def list_runs(
     limit: Limit = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "list", "runs")
     if cursor is not None:
         try:
             shards.parse_run_id(cursor, svc.database.shard_count)
@@ -364,7 +379,7 @@ async def list_runs(
     responses={200: {"model": models.RunWithAttempts}, **_errors},
 )
 async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    run, attempts = await _owned_run(svc, caller, run_id, Role.team, Role.worker)
+    run, attempts = await _owned_run(svc, caller, run_id, ("get", "runs"), Role.team, Role.worker)
     return responses.json(render.run_with_attempts(run, attempts))
 
 
@@ -378,7 +393,7 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, Role.team)
+    await _owned_run(svc, caller, run_id, ("update", "runs"), Role.team)
     return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject)))
 
 
@@ -393,7 +408,7 @@ async def list_dead(
     limit: Limit = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "list", "dlq")
     if job is not None:
         _job_name(job)
     after = None if cursor is None else DeadCursor.decode(cursor)
@@ -416,7 +431,7 @@ async def list_dead(
     },
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, Role.team)
+    await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
     return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject)))
 
 
@@ -430,5 +445,5 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, Role.team)
+    await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
     return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject)))

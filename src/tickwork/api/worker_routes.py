@@ -18,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import bodies, models, render, responses
+from tickwork.api import auth, bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, caller, services
 from tickwork.core import fields, limits
@@ -206,6 +206,9 @@ async def lease(request: Request) -> Response:
         except ValueError as error:
             raise InvalidRequest(f"queues[{index}]: {error}", field=f"queues[{index}]") from None
     caller.check_queues(queues)
+    await auth.authorize(
+        caller, *(auth.Action("lease", "queues", caller.tenant, queue) for queue in queues)
+    )
     limit = int(_number(document, "max", 1, 1, limits.MAX_LEASE_BATCH))
     if document.get("max", 1) != limit:
         raise InvalidRequest("max must be an integer", field="max")

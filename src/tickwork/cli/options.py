@@ -7,11 +7,13 @@ import os
 import socket
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from tickwork.api import server
+from tickwork.api.review_settings import ReviewSettings
 from tickwork.api.services import ApiSettings
 from tickwork.core import fairness
 from tickwork.core.shards import DEFAULT_SHARD_COUNT, ShardMap
@@ -162,4 +164,64 @@ def api_settings(
         priority_weights=priority_weights,
         quota_overrides=getattr(authenticator, "quota_overrides", {}),
         ui_secret=ui_secret(),
+    )
+
+
+AUTH_METHODS = ("tokens", "kubernetes")
+
+
+def auth_options(function: F) -> F:
+    """How the dispatcher authenticates callers: a tokens file, or Kubernetes."""
+    function = click.option(
+        "--auth-audience",
+        "auth_audiences",
+        multiple=True,
+        envvar="TICKWORK_AUTH_AUDIENCE",
+        help="With --auth kubernetes: an audience the ServiceAccount token must be "
+        "issued for (a projected token with this audience cannot be replayed to the API "
+        "server). [env TICKWORK_AUTH_AUDIENCE, space-separated]",
+    )(function)
+    function = click.option(
+        "--auth-cache-seconds",
+        type=click.FloatRange(min=0),
+        envvar="TICKWORK_AUTH_CACHE_SECONDS",
+        default=10.0,
+        show_default=True,
+        help="With --auth kubernetes: seconds a TokenReview or SubjectAccessReview answer "
+        "is reused (a refusal: half as long). [env TICKWORK_AUTH_CACHE_SECONDS]",
+    )(function)
+    return click.option(
+        "--auth",
+        type=click.Choice(AUTH_METHODS),
+        envvar="TICKWORK_AUTH",
+        default=None,
+        help="tokens: the --tokens file decides. kubernetes: ServiceAccount tokens are "
+        "checked with TokenReview and each call authorised with SubjectAccessReview on "
+        "the tickwork.dev API group (namespace = tenant). Default: kubernetes in a pod "
+        "without --tokens, else tokens. [env TICKWORK_AUTH]",
+    )(function)
+
+
+# Where a pod finds its ServiceAccount token: its presence means "running in a pod".
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def in_pod() -> bool:
+    return SERVICE_ACCOUNT_TOKEN.is_file()
+
+
+def auth_method(auth: str | None, tokens_file: Path | None) -> str:
+    if auth is None:
+        auth = "kubernetes" if tokens_file is None and in_pod() else "tokens"
+    if auth == "tokens" and tokens_file is None:
+        raise click.UsageError("give --tokens (or set TICKWORK_TOKENS_FILE), or --auth kubernetes")
+    return auth
+
+
+def review_settings(cache_seconds: float, audiences: tuple[str, ...]) -> ReviewSettings:
+    """The Kubernetes review settings the options give."""
+    return ReviewSettings(
+        cache_seconds=cache_seconds,
+        negative_cache_seconds=cache_seconds / 2,
+        audiences=tuple(a for given in audiences for a in given.split()),
     )

@@ -74,10 +74,11 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
     "tokens_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="TICKWORK_TOKENS_FILE",
-    required=True,
     help="YAML list of {token, tenant, role, queues}, optionally with the tenant's "
-    "enqueueRate, enqueueBurst, maxPendingRuns. [env TICKWORK_TOKENS_FILE]",
+    "enqueueRate, enqueueBurst, maxPendingRuns; with --auth kubernetes it is asked "
+    "first. [env TICKWORK_TOKENS_FILE]",
 )
+@options.auth_options
 @click.option(
     "--max-connections",
     type=click.IntRange(min=1),
@@ -93,7 +94,10 @@ def dispatcher(
     shards: int,
     host: str,
     port: int,
-    tokens_file: Path,
+    tokens_file: Path | None,
+    auth: str | None,
+    auth_cache_seconds: float,
+    auth_audiences: tuple[str, ...],
     max_connections: int,
     enqueue_rate: float,
     enqueue_burst: float,
@@ -104,21 +108,26 @@ def dispatcher(
     give them all the same TICKWORK_UI_SECRET so a dashboard session works on each)."""
     options.configure_logging()
     shard_map = options.shard_map(database_urls, shards)
+    method = options.auth_method(auth, tokens_file)
     try:
-        tokens = StaticTokens.from_file(tokens_file)
+        tokens = None if tokens_file is None else StaticTokens.from_file(tokens_file)
     except ValueError as error:
         raise click.ClickException(str(error)) from error
+    reviews = options.review_settings(auth_cache_seconds, auth_audiences)
     listener = options.listen("dispatcher", host, port)
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
-            async with Database(shard_map) as database:
+            async with (
+                Database(shard_map) as database,
+                runtime.authenticator(method, tokens, reviews) as authenticator,
+            ):
                 settings = options.api_settings(
                     enqueue_rate, enqueue_burst, max_pending_runs, priority_weights, tokens
                 )
-                services = runtime.api_services(database, tokens, Metrics(), settings)
+                services = runtime.api_services(database, authenticator, Metrics(), settings)
                 limits = EdgeLimits(max_connections=max_connections)
                 server = HttpServer(create_app(services), host, sock=listener, limits=limits)
                 click.echo(f"tickwork API on {await server.start()}")
