@@ -29,8 +29,10 @@ lint: $(STAMP) ## ruff, mypy --strict and the import-linter layers
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
 
+# Two workers, a test file each at a time: most tests wait on PostgreSQL or a socket, and
+# module fixtures (the wheel, seeded shards) are built once per file.
 unit: $(STAMP) ## the whole test suite (no lint)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 test: lint unit ## lint and the whole suite: what CI runs
 

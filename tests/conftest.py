@@ -36,7 +36,8 @@ from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
 
 TEST_SHARDS = 4
-TEMPLATE = "tickwork_template"
+# One template per xdist worker: workers may share an external server.
+TEMPLATE = "tickwork_template" + os.environ.get("PYTEST_XDIST_WORKER", "")
 _names = itertools.count()
 
 

@@ -165,9 +165,15 @@ async def test_16_concurrent_claimers_never_exceed_a_jobs_limit(shard_map: Shard
     setup = await db.connect(shard_map[0])
     await preload(setup, "acme", 150, job="limited", concurrency=limit)
     await preload(setup, "acme", 150, job="free")
+    # A claim takes the job up to its limit and not one run past it, whatever its size.
+    first = await claim(setup, 10, PriorityShares(), worker="first")
+    second = await claim(setup, 10, PriorityShares(), worker="second")
+    assert sum(g.job == "limited" for g in first) == limit
+    assert not [g for g in second if g.job == "limited"]
+    await finish(setup, first + second)
+    limited_done = limit
     held: set[int] = set()
     peak = 0
-    limited_done = 0
 
     async def claimer(number: int) -> None:
         nonlocal peak, limited_done
@@ -197,7 +203,7 @@ async def test_16_concurrent_claimers_never_exceed_a_jobs_limit(shard_map: Shard
         attempts = await setup.fetchval("SELECT max(attempt) FROM runs WHERE job = 'limited'")
     finally:
         await setup.close()
-    assert peak == limit
+    assert 1 <= peak <= limit  # how close the race comes to the limit is the scheduler's to decide
     assert over == 0 and attempts == 1  # runs given back lost no attempt
 
 
