@@ -49,7 +49,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         },
         "operator": {
             "namespaces": ["team-a", "team-b"],
-            "webhook": {"certManager": {"enabled": True, "issuerRef": {"name": "ca", "kind": "ClusterIssuer"}}},
+            "webhook": {
+                "certManager": {
+                    "enabled": True,
+                    "issuerRef": {"name": "ca", "kind": "ClusterIssuer"},
+                }
+            },
         },
         "scheduler": {"antiAffinity": "hard", "replicas": 3, "coordination": "postgres"},
         "dispatcher": {

@@ -69,12 +69,12 @@ def test_bad_values_are_refused_naming_the_key(values: dict[str, Any], names: st
 
 
 def test_a_missing_database_is_one_clear_error() -> None:
-    with pytest.raises(helm.HelmRenderError, match="database.existingSecret, database.urls"):
+    with pytest.raises(helm.HelmRenderError, match=re.escape("database.existingSecret, database")):
         chart_module.render({})
 
 
 def test_tokens_auth_needs_its_secret() -> None:
-    with pytest.raises(helm.HelmRenderError, match="tokens.existingSecret"):
+    with pytest.raises(helm.HelmRenderError, match=re.escape("tokens.existingSecret")):
         chart_module.render({**VALUE_SETS["minimal"], "dispatcher": {"auth": "tokens"}})
 
 
@@ -220,9 +220,7 @@ def test_services_select_their_pods() -> None:
             for w in workloads
             if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()
         ]
-        ports = {
-            p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])
-        }
+        ports = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
         for port in service["spec"]["ports"]:
             assert port["targetPort"] in ports
 
@@ -233,7 +231,7 @@ def test_webhook_tls_self_signed_or_cert_manager() -> None:
     from cryptography import x509
 
     default = rendered("minimal")
-    secret = default.one("Secret", f"tw-tickwork-webhook-tls")
+    secret = default.one("Secret", "tw-tickwork-webhook-tls")
     configuration = default.one("ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev")
     [webhook] = configuration["webhooks"]
     assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]

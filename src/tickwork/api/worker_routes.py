@@ -178,9 +178,13 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
     for lease in granted:
         priority = Priority.from_rank(lease.priority).value
         svc.metrics.leases.labels(lease.queue, priority).inc()
+        job = svc.metrics.job_label(lease.tenant, lease.job)
+        svc.metrics.job_leases.labels(job, priority).inc()
         if lease.attempt == 1:
             lag = (lease.leased_at - lease.ready_at).total_seconds()
             svc.metrics.start_lag.labels(priority).observe(max(lag, 0.0))
+            late = (lease.leased_at - lease.due_at).total_seconds()
+            svc.metrics.schedule_lag.labels(priority).observe(max(late, 0.0))
 
 
 @router.post(

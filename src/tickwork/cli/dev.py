@@ -95,6 +95,7 @@ class _Settings:
 
 
 @click.command()
+@options.logging_options
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="API port."
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pythonjsonlogger import json as jsonlogger
 
 from tickwork.api import server
 from tickwork.api.review_settings import ReviewSettings
@@ -18,6 +19,7 @@ from tickwork.api.services import ApiSettings
 from tickwork.core import fairness
 from tickwork.core.shards import DEFAULT_SHARD_COUNT, ShardMap
 from tickwork.engine import quotas
+from tickwork.engine.metrics import JobLabels
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,16 +75,86 @@ class _ActionFormatter(logging.Formatter):
         return super().format(record)
 
 
-def configure_logging(level: str | None = None) -> None:
+LOG_FORMATS = ("text", "json")
+
+
+def _formatter(log_format: str) -> logging.Formatter:
+    if log_format == "json":
+        # One object a line: time, level, logger, message, and every extra the call
+        # gave (the stable `action` key, shard, run, ...), which log pipelines index.
+        return jsonlogger.JsonFormatter(
+            "{asctime}{levelname}{name}{message}",
+            style="{",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            datefmt="%Y-%m-%dT%H:%M:%S%z",
+        )
+    return _ActionFormatter("%(asctime)s %(levelname)-7s %(name)s%(action_tag)s %(message)s")
+
+
+def configure_logging(level: str | None = None, log_format: str | None = None) -> None:
+    """Log to stderr as ``--log-format``/``--log-level`` (or their environment
+    variables) say; a role calls it once at start."""
+    given = _given()
+    level = level or given.get(LOG_LEVEL_ENV) or os.environ.get(LOG_LEVEL_ENV)
+    chosen = log_format or given.get(LOG_FORMAT_ENV) or os.environ.get(LOG_FORMAT_ENV) or "text"
+    if chosen not in LOG_FORMATS:
+        raise click.UsageError(f"{LOG_FORMAT_ENV} must be one of {', '.join(LOG_FORMATS)}")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        _ActionFormatter("%(asctime)s %(levelname)-7s %(name)s%(action_tag)s %(message)s")
-    )
+    handler.setFormatter(_formatter(chosen))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel((level or os.environ.get("TICKWORK_LOG_LEVEL") or "INFO").upper())
+    root.setLevel((level or "INFO").upper())
     # The embedded PostgreSQL narrates every pg_ctl call at INFO.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+
+
+LOG_FORMAT_ENV = "TICKWORK_LOG_FORMAT"
+LOG_LEVEL_ENV = "TICKWORK_LOG_LEVEL"
+
+
+_LOGGING_META = "tickwork.logging"
+
+
+def _given() -> dict[str, str]:
+    context = click.get_current_context(silent=True)
+    found: dict[str, str] = {} if context is None else context.meta.get(_LOGGING_META, {})
+    return found
+
+
+def _export(variable: str) -> Callable[[click.Context, click.Parameter, str | None], None]:
+    """An option callback that leaves its value in the click context, where
+    ``configure_logging`` reads it: the commands need no parameter for it."""
+
+    def callback(context: click.Context, _parameter: click.Parameter, value: str | None) -> None:
+        if value:
+            context.meta.setdefault(_LOGGING_META, {})[variable] = value
+
+    return callback
+
+
+def logging_options(function: F) -> F:
+    """``--log-format`` and ``--log-level``: the same on every role."""
+    function = click.option(
+        "--log-level",
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        envvar=LOG_LEVEL_ENV,
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_export(LOG_LEVEL_ENV),
+        help="Log level (default INFO). [env TICKWORK_LOG_LEVEL]",
+    )(function)
+    return click.option(
+        "--log-format",
+        type=click.Choice(LOG_FORMATS),
+        envvar=LOG_FORMAT_ENV,
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_export(LOG_FORMAT_ENV),
+        help="text (time level logger [action] message) or json (one object a line, with "
+        "the stable action key). Default text. [env TICKWORK_LOG_FORMAT]",
+    )(function)
 
 
 UI_SECRET_ENV = "TICKWORK_UI_SECRET"  # noqa: S105 - the name of a variable
@@ -225,3 +297,20 @@ def review_settings(cache_seconds: float, audiences: tuple[str, ...]) -> ReviewS
         negative_cache_seconds=cache_seconds / 2,
         audiences=tuple(a for given in audiences for a in given.split()),
     )
+
+
+def metrics_options(function: F) -> F:
+    """``--metrics-job``: the jobs with their own per-job series."""
+    return click.option(
+        "--metrics-job",
+        "metrics_jobs",
+        multiple=True,
+        envvar="TICKWORK_METRICS_JOBS",
+        help="A job (tenant/name; shell patterns such as payments/*) with its own series "
+        "in the per-job metrics (at most 200 jobs); every other job counts under "
+        "tickwork_job=_other. Repeatable. [env TICKWORK_METRICS_JOBS, space-separated]",
+    )(function)
+
+
+def job_labels(metrics_jobs: tuple[str, ...]) -> JobLabels:
+    return JobLabels(pattern for given in metrics_jobs for pattern in given.split())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from pathlib import Path
 
 import click
@@ -11,9 +13,11 @@ from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
 from tickwork.api.edge import EdgeLimits
 from tickwork.api.server import HttpServer
-from tickwork.cli import options, runtime
+from tickwork.cli import health, options, runtime
 from tickwork.core.errors import SchemaMismatch
+from tickwork.engine import canary
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.observer import ShardObserver
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store import migrate as migrations
 from tickwork.store.database import Database
@@ -21,6 +25,7 @@ from tickwork.store.database import Database
 
 @click.command()
 @options.database_options
+@options.logging_options
 def migrate(database_urls: tuple[str, ...], shards: int) -> None:
     """Create or upgrade the schema of every shard (safe to run twice)."""
     options.configure_logging()
@@ -36,6 +41,7 @@ def migrate(database_urls: tuple[str, ...], shards: int) -> None:
 
 @click.command()
 @options.database_options
+@options.logging_options
 @click.option(
     "--interval",
     type=float,
@@ -43,22 +49,47 @@ def migrate(database_urls: tuple[str, ...], shards: int) -> None:
     show_default=True,
     help="Seconds between passes over each owned shard.",
 )
-def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> None:
-    """Materialise cron runs, flip due runs to ready and reap expired leases.
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    envvar="TICKWORK_HEALTH_PORT",
+    default=8081,
+    show_default=True,
+    help="Port of /healthz, /readyz (passes are being made) and /metrics; 0: none. "
+    "[env TICKWORK_HEALTH_PORT]",
+)
+@options.metrics_options
+def scheduler(
+    database_urls: tuple[str, ...],
+    shards: int,
+    interval: float,
+    health_port: int,
+    metrics_jobs: tuple[str, ...],
+) -> None:
+    """Materialise cron runs, flip due runs to ready, reap expired leases, enqueue the
+    canary of each shard and report the shards' backlog.
 
     This replica works on every shard; run one replica until shard ownership
     (Kubernetes Leases) is enabled.
     """
     options.configure_logging()
     shard_map = options.shard_map(database_urls, shards)
+    metrics = Metrics(job_labels=options.job_labels(metrics_jobs))
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
             async with Database(shard_map) as database:
-                loop = Scheduler(database, interval=interval, metrics=Metrics())
-                await runtime.run_until_stopped(stop, loop.run)
+                loop = Scheduler(
+                    database, interval=interval, metrics=metrics, observer=ShardObserver(metrics)
+                )
+                if health_port == 0:
+                    await runtime.run_until_stopped(stop, loop.run)
+                    return
+                progress = health.Progress(lambda: loop.passes, max(30.0, 10 * interval))
+                async with health.serving("0.0.0.0", health_port, metrics, progress):  # noqa: S104
+                    await runtime.run_until_stopped(stop, loop.run)
         finally:
             remove()
 
@@ -67,6 +98,7 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
 
 @click.command()
 @options.database_options
+@options.logging_options
 @click.option("--host", default="0.0.0.0", show_default=True)  # noqa: S104 - a server role
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option(
@@ -89,6 +121,7 @@ def scheduler(database_urls: tuple[str, ...], shards: int, interval: float) -> N
     "[env TICKWORK_MAX_CONNECTIONS]",
 )
 @options.quota_options
+@options.metrics_options
 def dispatcher(
     database_urls: tuple[str, ...],
     shards: int,
@@ -103,6 +136,7 @@ def dispatcher(
     enqueue_burst: float,
     max_pending_runs: int,
     priority_weights: options.Weights,
+    metrics_jobs: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API and the dashboard at /ui/ (stateless; run as many as needed:
     give them all the same TICKWORK_UI_SECRET so a dashboard session works on each)."""
@@ -127,11 +161,14 @@ def dispatcher(
                 settings = options.api_settings(
                     enqueue_rate, enqueue_burst, max_pending_runs, priority_weights, tokens
                 )
-                services = runtime.api_services(database, authenticator, Metrics(), settings)
+                metrics = Metrics(job_labels=options.job_labels(metrics_jobs))
+                services = runtime.api_services(database, authenticator, metrics, settings)
                 limits = EdgeLimits(max_connections=max_connections)
                 server = HttpServer(create_app(services), host, sock=listener, limits=limits)
                 click.echo(f"tickwork API on {await server.start()}")
-                await stop.wait()
+                # The dispatcher's half of the canary: complete the shards' canary runs.
+                worker = f"canary@{socket.gethostname()}:{os.getpid()}"
+                await canary.work(services.dispatcher, stop, worker)
                 await server.stop()
         finally:
             remove()

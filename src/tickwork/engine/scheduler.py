@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from tickwork.core import backoff
 from tickwork.core.clock import Clock, DatabaseClock
-from tickwork.engine import materialiser
+from tickwork.core.spec import Priority
+from tickwork.engine import jobs, materialiser
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.observer import ShardObserver
 from tickwork.store import leases, outages, retention
 from tickwork.store.database import Connection, Database
 
@@ -60,6 +62,7 @@ class Scheduler:
         maintenance_interval: float = 3600.0,
         retry_base_seconds: float = 0.25,
         retry_max_seconds: float = 5.0,
+        observer: ShardObserver | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
@@ -72,6 +75,8 @@ class Scheduler:
         self.maintenance_interval = maintenance_interval
         self.retry_base_seconds = retry_base_seconds
         self.retry_max_seconds = retry_max_seconds
+        # Shard metrics and the canary; None: the scheduler reports only its own steps.
+        self.observer = observer
         self._maintained: dict[int, float] = {}
         # Per failing shard: consecutive failures, and the loop time of its next try.
         self._failures: dict[int, int] = {}
@@ -98,6 +103,12 @@ class Scheduler:
             report.reaped = reaped.total
             report.next_due_in = await leases.seconds_until_next_due(conn, now)
             await self._maintain(conn, shard)
+            if self.observer is not None:
+                await self.observer.observe(conn, shard, await jobs.database_now(conn, self.clock))
+        if self.metrics is not None:
+            for tenant, job, rank in reaped.expired:
+                label = self.metrics.job_label(tenant, job)
+                self.metrics.lease_expiries.labels(label, Priority.from_rank(rank).value).inc()
         if report.changed:
             logger.info(
                 "scheduler pass: shard %d materialised %d, promoted %d, skipped %d, reaped %d",

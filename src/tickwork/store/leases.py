@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
@@ -365,6 +365,8 @@ class Reaped:
     retried: int
     dead: int
     cancelled: int
+    # (tenant, job, priority rank) of each lease taken back: the per-job expiry metric.
+    expired: tuple[tuple[str, str, int], ...] = field(default=(), compare=False)
 
     @property
     def total(self) -> int:
@@ -394,6 +396,7 @@ async def reap(
         retried=states.count(State.retry_wait),
         dead=states.count(State.dead),
         cancelled=states.count(State.cancelled),
+        expired=tuple((row["tenant"], row["job"], row["priority"]) for row in rows),
     )
 
 
