@@ -14,6 +14,7 @@ import click
 import httpx
 import pytest
 
+from tickwork.api import server
 from tickwork.cli import health, options
 from tickwork.core.clock import FrozenClock
 from tickwork.core.records import Outcome, State
@@ -204,17 +205,20 @@ async def test_the_scheduler_health_port() -> None:
     passes = [0]
     ticks = [100.0]
     progress = health.Progress(lambda: passes[0], 30, clock=lambda: ticks[0])
-    async with health.serving("127.0.0.1", 0, metrics, progress) as runner:
-        [(host, port)] = [a[:2] for a in runner.addresses]
-        async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
-            assert (await client.get("/healthz")).status_code == 200
-            assert (await client.get("/readyz")).status_code == 503  # no pass yet
-            passes[0] = 1
-            assert (await client.get("/readyz")).status_code == 200
-            ticks[0] += 31  # no pass for longer than allowed
-            assert (await client.get("/readyz")).status_code == 503
-            text = (await client.get("/metrics")).text
-            assert 'tickwork_canary_runs_total{shard="0"} 1.0' in text
+    listener = server.listen("127.0.0.1", 0)
+    host, port = listener.getsockname()[:2]
+    async with (
+        health.serving(listener, metrics, progress),
+        httpx.AsyncClient(base_url=f"http://{host}:{port}") as client,
+    ):
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.get("/readyz")).status_code == 503  # no pass yet
+        passes[0] = 1
+        assert (await client.get("/readyz")).status_code == 200
+        ticks[0] += 31  # no pass for longer than allowed
+        assert (await client.get("/readyz")).status_code == 503
+        text = (await client.get("/metrics")).text
+        assert 'tickwork_canary_runs_total{shard="0"} 1.0' in text
 
 
 def test_json_logs_carry_the_action_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@ process answers), ``/readyz`` (its loop is making passes) and ``/metrics``
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -40,8 +41,11 @@ class Progress:
 
 @asynccontextmanager
 async def serving(
-    host: str, port: int, metrics: Metrics, progress: Progress
+    listener: socket.socket, metrics: Metrics, progress: Progress
 ) -> AsyncIterator[web.AppRunner]:
+    """Serve on ``listener``, a bound socket (``options.listen``: a taken port is one
+    line and exit status 1 before the role starts anything)."""
+
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -62,7 +66,7 @@ async def serving(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.SockSite(runner, listener).start()
         yield runner
     finally:
         await runner.cleanup()

@@ -53,13 +53,13 @@ def shard_map(database_urls: tuple[str, ...], shards: int) -> ShardMap:
         raise click.UsageError(str(error)) from error
 
 
-def listen(role: str, host: str, port: int) -> socket.socket:
+def listen(role: str, host: str, port: int, option: str = "--port") -> socket.socket:
     """The API's listening socket, bound before the role starts anything else; a taken
     port is one line on stderr and exit status 1, not a traceback."""
     try:
         return server.listen(host, port)
     except server.PortInUse:
-        message = f"port {port} is in use; pass --port"
+        message = f"port {port} is in use; pass {option}"
     except server.CannotListen as error:
         message = str(error)
     click.echo(f"tickwork {role}: {message}", err=True)

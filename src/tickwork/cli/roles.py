@@ -53,10 +53,10 @@ def migrate(database_urls: tuple[str, ...], shards: int) -> None:
     "--health-port",
     type=click.IntRange(0, 65535),
     envvar="TICKWORK_HEALTH_PORT",
-    default=8081,
+    default=0,
     show_default=True,
-    help="Port of /healthz, /readyz (passes are being made) and /metrics; 0: none. "
-    "[env TICKWORK_HEALTH_PORT]",
+    help="Port of /healthz, /readyz (passes are being made) and /metrics; 0: none (the "
+    "Helm chart uses 8081). [env TICKWORK_HEALTH_PORT]",
 )
 @options.metrics_options
 def scheduler(
@@ -75,6 +75,11 @@ def scheduler(
     options.configure_logging()
     shard_map = options.shard_map(database_urls, shards)
     metrics = Metrics(job_labels=options.job_labels(metrics_jobs))
+    listener = (
+        None
+        if health_port == 0
+        else options.listen("scheduler", "0.0.0.0", health_port, "--health-port")  # noqa: S104
+    )
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -84,16 +89,20 @@ def scheduler(
                 loop = Scheduler(
                     database, interval=interval, metrics=metrics, observer=ShardObserver(metrics)
                 )
-                if health_port == 0:
+                if listener is None:
                     await runtime.run_until_stopped(stop, loop.run)
                     return
                 progress = health.Progress(lambda: loop.passes, max(30.0, 10 * interval))
-                async with health.serving("0.0.0.0", health_port, metrics, progress):  # noqa: S104
+                async with health.serving(listener, metrics, progress):
                     await runtime.run_until_stopped(stop, loop.run)
         finally:
             remove()
 
-    runtime.run(main())
+    try:
+        runtime.run(main())
+    finally:
+        if listener is not None:
+            listener.close()
 
 
 @click.command()
