@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test lint unit bench soak e2e clean
+.PHONY: help install run test lint unit docs schema crds bench soak e2e clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -15,7 +15,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,embedded,kubernetes,dev]'
+	$(BIN)/pip install --quiet -e '.[server,embedded,operator,kubernetes,dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install tickwork (editable) with the dev tools
@@ -35,6 +35,15 @@ unit: $(STAMP) ## the whole test suite (no lint)
 	$(BIN)/pytest -n 2 --dist loadfile
 
 test: lint unit ## lint and the whole suite: what CI runs
+
+crds: $(STAMP) ## regenerate crds/scheduledjob.yaml from the JobSpec model
+	$(BIN)/python -m tickwork.operator.crd crds/scheduledjob.yaml
+
+docs: $(STAMP) ## rewrite the settings tables of the docs from the settings models
+	$(BIN)/python tests/settings_tables.py
+
+schema: $(STAMP) ## rewrite src/tickwork/store/schema.sql from a freshly migrated shard
+	$(BIN)/python tests/canonical_schema.py
 
 bench: $(STAMP) ## throughput benchmarks (prints a table)
 	$(BIN)/python -m bench

@@ -38,6 +38,7 @@ MODULES: tuple[str, ...] = (
     "bench.spike",
     "bench.materialiser",
     "bench.dashboard",
+    "bench.status_feed",
 )
 RESULTS = Path(__file__).resolve().parent.parent / "bench-results.json"
 # The headline figures, in the order of the summary, with what each is compared to.

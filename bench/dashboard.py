@@ -24,16 +24,17 @@ from bench import Context, Table, register
 from tickwork.api.app import create_app
 from tickwork.api.auth import Role, StaticTokens, TokenEntry
 from tickwork.api.server import HttpServer
-from tickwork.api.services import ApiSettings, Services
+from tickwork.api.services import Services
 from tickwork.core.clock import FrozenClock
 from tickwork.core.records import Outcome
+from tickwork.core.settings import ApiSettings
 from tickwork.core.spec import JobSpec
 from tickwork.engine import overview
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
+from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database, PoolSettings
-from tickwork.store.wakeup import ReadySignal
 
 SHARDS = 4
 JOBS = 10_000
@@ -88,7 +89,9 @@ async def _seed(database: Database, jobs_count: int, runs_count: int) -> dict[st
         clock.set(now - timedelta(minutes=60 - minute))
         taken = 0
         while taken < per_minute and done < finished_target:
-            leases = await dispatcher.lease(["default"], 100, "bench-worker", 600, TENANT)
+            leases = await dispatcher.lease(
+                ["default"], limit=100, worker_id="bench-worker", lease_seconds=600, tenant=TENANT
+            )
             if not leases:
                 break
             clock.advance(0.5)
@@ -108,7 +111,9 @@ async def _seed(database: Database, jobs_count: int, runs_count: int) -> dict[st
     clock.set(now - timedelta(seconds=30))
     leased = 0
     while leased < int(total * 0.05):
-        got = await dispatcher.lease(["default"], 100, "bench-worker", 3600, TENANT)
+        got = await dispatcher.lease(
+            ["default"], limit=100, worker_id="bench-worker", lease_seconds=3600, tenant=TENANT
+        )
         if not got:
             break
         leased += len(got)
@@ -139,7 +144,11 @@ async def dashboard(context: Context) -> list[Table]:
     shard_map = await context.migrate(SHARDS)
     jobs_count = max(10, int(JOBS * scale()))
     runs_count = max(100, int(RUNS * scale()))
-    async with Database(shard_map, PoolSettings(max_size=4)) as database:
+    # A dispatcher's pools; the long waits are for the seeding, whose writers queue
+    # for connections on a busy machine longer than a role's request would.
+    async with Database(
+        shard_map, PoolSettings(max_size=4, acquire_timeout=60.0, connect_timeout=60.0)
+    ) as database:
         started = time.perf_counter()
         made = await _seed(database, jobs_count, runs_count)
         seeded = time.perf_counter() - started
@@ -149,10 +158,7 @@ async def dashboard(context: Context) -> list[Table]:
             async with database.connection(shard.number) as conn:
                 await conn.execute("VACUUM ANALYZE")
         services = Services(
-            database=database,
-            jobs=Jobs(database),
-            dispatcher=Dispatcher(database),
-            signal=ReadySignal(shard_map),
+            engine=Installation.over(database),
             authenticator=StaticTokens(
                 [TokenEntry(token=TOKEN, tenant=TENANT, role=Role.team, name="bench")]
             ),

@@ -27,13 +27,12 @@ from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.clock import FrozenClock
 from tickwork.core.shards import ShardMap
-from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store import migrate
 from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
 
 TEST_SHARDS = 4
 # One template per xdist worker: workers may share an external server.
@@ -174,7 +173,12 @@ class ApiServer:
 
     @property
     def database(self) -> Database:
-        return self.services.database
+        return self.services.engine.database
+
+    def scheduler_at(self, instant: datetime) -> Scheduler:
+        """A scheduler whose clock stands at ``instant``: its pass sees leases expired
+        and retries due as of then, with no wait (the injected clock)."""
+        return Scheduler(self.database, clock=FrozenClock(instant))
 
     def headers(self, token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
@@ -185,12 +189,7 @@ async def api_server(database: Database) -> AsyncIterator[ApiServer]:
     """The API served over HTTP. ``api_server.scheduler.pass_once()`` runs one scheduler
     pass (due flip, reaper) on demand; no background loop runs unless a test starts one."""
     services = Services(
-        database=database,
-        jobs=Jobs(database),
-        dispatcher=Dispatcher(database),
-        signal=ReadySignal(database.shard_map),
-        authenticator=test_tokens(),
-        metrics=Metrics(),
+        engine=Installation.over(database), authenticator=test_tokens(), metrics=Metrics()
     )
     server = HttpServer(create_app(services), port=0)
     url = await server.start()

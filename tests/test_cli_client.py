@@ -14,7 +14,7 @@ from tickwork.cli import cli
 from tickwork.core.errors import NotFound
 
 MANIFEST = """\
-apiVersion: tickwork.dev/v1
+apiVersion: tickwork.dev/v1alpha1
 kind: ScheduledJob
 metadata:
   name: nightly

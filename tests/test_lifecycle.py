@@ -81,7 +81,7 @@ async def enqueue(jobs: Jobs, name: str = "job", **request: Any) -> Run:
 
 
 async def lease_one(dispatcher: Dispatcher, seconds: float = 30, worker: str = "w1") -> Lease:
-    granted = await dispatcher.lease(QUEUES, 1, worker, seconds)
+    granted = await dispatcher.lease(QUEUES, limit=1, worker_id=worker, lease_seconds=seconds)
     assert len(granted) == 1, granted
     return granted[0]
 
@@ -275,7 +275,7 @@ async def test_scheduled_run_becomes_ready_when_due_and_not_before(
     run = await enqueue(jobs, delay_seconds=60)
     clock.advance(59)
     assert await promote(database, clock) == leases.Promoted(0, 0)
-    assert await dispatcher.lease(QUEUES, 10, "w1", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
     assert (await state_of(jobs, run.run_id)).state is State.scheduled
 
     clock.advance(1)
@@ -313,7 +313,7 @@ async def test_ready_run_is_leased_with_a_fencing_token(
         (1, lease.fencing_token, "w-7", None)
     ]
     # Nobody else can lease it now.
-    assert await dispatcher.lease(QUEUES, 10, "w2", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w2", lease_seconds=30) == []
 
 
 async def test_a_short_timeout_caps_the_first_lease(
@@ -340,7 +340,7 @@ async def test_leased_run_succeeds(jobs: Jobs, dispatcher: Dispatcher, clock: Fr
     assert [(a.attempt, a.outcome, a.finished_at) for a in history] == [
         (1, "succeeded", clock.now())
     ]
-    assert await dispatcher.lease(QUEUES, 10, "w2", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w2", lease_seconds=30) == []
     view = await jobs.get(TENANT, "job")
     assert view.summary.last_run is not None and view.summary.last_run.run_id == run.run_id
     assert view.summary.active == 0
@@ -393,7 +393,7 @@ async def test_retry_wait_is_not_ready_before_its_time(
         assert result == Completed(lease.id, State.retry_wait, at(clock, wait))
         clock.advance(wait - 0.001)
         assert await promote(database, clock) == leases.Promoted(0, 0)
-        assert await dispatcher.lease(QUEUES, 1, "w1", 30) == []
+        assert await dispatcher.lease(QUEUES, limit=1, worker_id="w1", lease_seconds=30) == []
         clock.advance(0.001)
         assert await promote(database, clock) == leases.Promoted(1, 0)
     last = await lease_one(dispatcher)
@@ -429,7 +429,7 @@ async def test_run_is_dead_when_attempts_are_exhausted(
     assert [d.run_id for d in dead] == [run.run_id]
     assert dead[0].last_error["message"] == "still down"
     assert await promote(database, clock) == leases.Promoted(0, 0)
-    assert await dispatcher.lease(QUEUES, 10, "w1", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
     assert (await jobs.get(TENANT, "job")).summary.dead == 1
 
 
@@ -557,7 +557,7 @@ async def test_cancel_a_pending_run(
     # Nothing brings it back.
     clock.advance(3600)
     assert await promote(database, clock) == leases.Promoted(0, 0)
-    assert await dispatcher.lease(QUEUES, 10, "w1", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
     # Cancelling again answers the cancelled run and records nothing new.
     before = await snapshot(database, run.run_id)
     assert (await jobs.cancel(run.run_id, ACTOR)).state is State.cancelled
@@ -581,7 +581,7 @@ async def test_cancel_a_leased_run_finishes_its_lease(
     current, history = await jobs.run(run.run_id)
     assert current.state is State.cancelled
     assert history[-1].fencing_token == lease.fencing_token
-    assert await dispatcher.lease(QUEUES, 10, "w1", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
     assert ("cancel", ACTOR) in await audit_actions(jobs, database)
 
 
@@ -786,7 +786,7 @@ async def test_a_run_due_past_its_starting_deadline_is_skipped(
     current = await state_of(jobs, run.run_id)
     assert current.state is State.skipped and current.state.terminal
     assert current.finished_at == clock.now()
-    assert await dispatcher.lease(QUEUES, 10, "w1", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
 
 
 async def test_a_ready_run_nobody_leased_before_its_deadline_is_skipped(
@@ -800,7 +800,7 @@ async def test_a_ready_run_nobody_leased_before_its_deadline_is_skipped(
     clock.advance(1)
     assert await promote(database, clock) == leases.Promoted(ready=0, skipped=1)
     assert (await state_of(jobs, run.run_id)).state is State.skipped
-    assert await dispatcher.lease(QUEUES, 10, "w1", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
 
 
 async def test_a_run_started_in_time_is_never_skipped(
@@ -923,7 +923,7 @@ async def test_batch_completion_answers_each_item_in_order(
     for name in names:
         await new_job(jobs, name, attempts=3, base=10, cap=10)
         await enqueue(jobs, name)
-    granted = await dispatcher.lease(QUEUES, 10, "w1", 30)
+    granted = await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30)
     assert len(granted) == 5
     by_job = {lease.job: lease for lease in granted}
     a, b, c, e, f = (by_job[n] for n in names)
@@ -1021,7 +1021,7 @@ async def test_loops_leave_other_states_alone(
     clock.advance(60)
     assert await promote(database, clock) == leases.Promoted(0, 0)
     assert (await reap(database, clock)).total == 0
-    assert await dispatcher.lease(QUEUES, 100, "w9", 30) == []
+    assert await dispatcher.lease(QUEUES, limit=100, worker_id="w9", lease_seconds=30) == []
     assert [await snapshot(database, r.run_id) for r in everything] == before
     assert held.run_id == leased_run.run_id
 
@@ -1043,8 +1043,8 @@ async def test_claims_take_the_most_urgent_oldest_run_first(
 async def test_other_queues_are_not_leased(jobs: Jobs, dispatcher: Dispatcher) -> None:
     await jobs.put(TENANT, "job", JobSpec(queue="gpu"), ACTOR)
     run = await enqueue(jobs)
-    assert await dispatcher.lease(["default"], 10, "w1", 30) == []
-    [lease] = await dispatcher.lease(["default", "gpu"], 10, "w1", 30)
+    assert await dispatcher.lease(["default"], limit=10, worker_id="w1", lease_seconds=30) == []
+    [lease] = await dispatcher.lease(["default", "gpu"], limit=10, worker_id="w1", lease_seconds=30)
     assert lease.run_id == run.run_id and lease.queue == "gpu"
 
 

@@ -9,12 +9,14 @@ import pytest
 
 from tickwork.core.clock import FrozenClock
 from tickwork.core.errors import NotFound
+from tickwork.core.records import Manager
+from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.store.database import Database
 
 HOURLY = """\
-apiVersion: tickwork.dev/v1
+apiVersion: tickwork.dev/v1alpha1
 kind: ScheduledJob
 metadata: {name: report, namespace: acme}
 spec:
@@ -142,3 +144,41 @@ async def test_a_restart_does_not_rewrite_unchanged_jobs(
         await ManifestSync(jobs, tmp_path).sync()  # a new process, the same folder
     assert not [r for r in caplog.records if r.levelno >= logging.INFO], caplog.text
     assert (await jobs.get("acme", "report")).definition == before
+
+
+async def test_a_restart_removes_the_jobs_of_files_removed_meanwhile_and_only_those(
+    database: Database, clock: FrozenClock, tmp_path: Path
+) -> None:
+    jobs = Jobs(database, clock)
+    (tmp_path / "report.yaml").write_text(report())
+    (tmp_path / "other.yaml").write_text(report(name="other"))
+    await ManifestSync(jobs, tmp_path).sync()
+    await jobs.put("acme", "made-by-api", JobSpec(), "api")
+    assert (await jobs.get("acme", "other")).definition.managed_by is Manager.manifests
+
+    (tmp_path / "other.yaml").unlink()  # while tickwork dev is stopped
+    (tmp_path / "broken.yaml").write_text("spec: [unclosed")
+    restarted = ManifestSync(jobs, tmp_path)
+    await restarted.sync()  # a broken file could declare it: nothing is removed yet
+    assert (await jobs.get("acme", "other")).definition is not None
+
+    (tmp_path / "broken.yaml").unlink()
+    await restarted.sync()
+    with pytest.raises(NotFound):
+        await jobs.get("acme", "other")
+    assert await cron_of(jobs) == "0 * * * *"
+    assert (await jobs.get("acme", "made-by-api")).definition.managed_by is None
+
+
+async def test_a_manifest_of_another_api_version_is_refused_saying_which_one_is_served(
+    database: Database, clock: FrozenClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = Jobs(database, clock)
+    (tmp_path / "old.yaml").write_text(HOURLY.replace("tickwork.dev/v1alpha1", "tickwork.dev/v1"))
+    await ManifestSync(jobs, tmp_path).sync()
+    assert (
+        "apiVersion must be tickwork.dev/v1alpha1 (the version the ScheduledJob CRD "
+        "serves), not 'tickwork.dev/v1'"
+    ) in caplog.text
+    with pytest.raises(NotFound):
+        await jobs.get("acme", "report")

@@ -773,7 +773,7 @@ def test_a_starting_deadline_beyond_a_year_is_refused_at_every_entry() -> None:
             {"schedule": {"cron": "* * * * *", "startingDeadlineSeconds": 2**40}}
         )
     document = {
-        "apiVersion": "tickwork.dev/v1",
+        "apiVersion": "tickwork.dev/v1alpha1",
         "kind": "ScheduledJob",
         "metadata": {"name": "patient", "namespace": TENANT},
         "spec": {"schedule": {"cron": "* * * * *", "startingDeadlineSeconds": 2**40}},

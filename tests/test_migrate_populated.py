@@ -19,12 +19,10 @@ from tickwork.api.services import Services
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec
 from tickwork.engine import materialiser
-from tickwork.engine.dispatch import Dispatcher
-from tickwork.engine.jobs import Jobs
+from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store import database, migrate
 from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
 
 DAY = datetime(2026, 3, 14, 2, 0, tzinfo=UTC)
 STATES = (
@@ -121,10 +119,7 @@ async def migrated_api(version_3_url: str) -> AsyncIterator[tuple[str, Database]
     assert all(versions[:2] == [4, 5] for versions in applied.values())
     async with Database(shard_map) as db:
         services = Services(
-            database=db,
-            jobs=Jobs(db),
-            dispatcher=Dispatcher(db),
-            signal=ReadySignal(shard_map),
+            engine=Installation.over(db),
             authenticator=conftest.test_tokens(),
             metrics=Metrics(),
         )
@@ -226,6 +221,7 @@ async def test_a_cron_run_finished_before_the_migration_is_not_materialised_agai
             None,
             0,
             0,
+            False,  # dry_run
         )
     ]
     async with db.connection(shard) as conn:

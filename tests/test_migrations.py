@@ -21,7 +21,7 @@ from conftest import TEMPLATE, TEST_SHARDS, scratch_database
 
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.shards import Shard, ShardMap
-from tickwork.store import database, migrate, queries
+from tickwork.store import catalog, database, migrate, queries
 
 
 @pytest.fixture
@@ -31,83 +31,24 @@ async def empty_url(server_url: str) -> AsyncIterator[str]:
         yield url
 
 
-DAY_PARTITION = re.compile(r"^(attempts|finished_runs)_\d{8}(_|$)")
-
-
 def shards_of(url: str, count: int = TEST_SHARDS) -> tuple[Shard, ...]:
     return ShardMap.from_dsns([url], count).shards
 
 
-async def dump_schema(url: str, shard: Shard) -> dict[str, Any]:
-    """Everything that makes up a shard's schema, without the shard's own name in it."""
-    conn = await database.connect(Shard(shard.number, url))
-    schema = shard.schema
+async def describe(shard: Shard) -> str:
+    """The shard's schema as ``store/schema.sql`` writes it (no shard name in it)."""
+    conn = await database.connect(shard)
     try:
-        columns = await conn.fetch(
-            """
-            SELECT table_name, column_name, ordinal_position, data_type, is_nullable,
-                   column_default, is_identity, identity_generation
-            FROM information_schema.columns
-            WHERE table_schema = $1
-            ORDER BY table_name, ordinal_position
-            """,
-            schema,
-        )
-        indexes = await conn.fetch(
-            "SELECT tablename, indexname, indexdef FROM pg_indexes "
-            "WHERE schemaname = $1 ORDER BY indexname",
-            schema,
-        )
-        constraints = await conn.fetch(
-            """
-            SELECT c.relname, k.conname, k.contype::text AS contype,
-                   pg_get_constraintdef(k.oid) AS definition
-            FROM pg_constraint AS k
-            JOIN pg_class AS c ON c.oid = k.conrelid
-            JOIN pg_namespace AS n ON n.oid = c.relnamespace
-            WHERE n.nspname = $1
-            ORDER BY c.relname, k.conname
-            """,
-            schema,
-        )
-        relations = await conn.fetch(
-            """
-            SELECT c.relname, c.relkind::text AS relkind,
-                   pg_get_expr(c.relpartbound, c.oid) AS bound
-            FROM pg_class AS c
-            JOIN pg_namespace AS n ON n.oid = c.relnamespace
-            WHERE n.nspname = $1
-            ORDER BY c.relname
-            """,
-            schema,
-        )
-        sequences = await conn.fetch(
-            "SELECT sequence_name, data_type, start_value, increment FROM "
-            "information_schema.sequences WHERE sequence_schema = $1 ORDER BY sequence_name",
-            schema,
-        )
-        versions = await conn.fetch("SELECT version, name FROM schema_version ORDER BY version")
+        return await catalog.describe(conn)
     finally:
         await conn.close()
 
-    def plain(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
-        # The day partitions of attempts depend on the date of migration, not the schema.
-        kept = [
-            dict(row)
-            for row in rows
-            if not any(isinstance(v, str) and DAY_PARTITION.match(v) for v in row.values())
-        ]
-        text = json.dumps(kept, default=str)
-        return list(json.loads(text.replace(f"{schema}.", "")))
 
-    return {
-        "columns": plain(columns),
-        "indexes": plain(indexes),
-        "constraints": plain(constraints),
-        "relations": plain(relations),
-        "sequences": plain(sequences),
-        "versions": plain(versions),
-    }
+OUT_OF_DATE = "the migrations and store/schema.sql disagree: run `make schema`, review the diff"
+TABLE = re.compile(r"^CREATE TABLE (\w+) ", re.MULTILINE)
+VIEW = re.compile(r"^CREATE VIEW (\w+) ", re.MULTILINE)
+INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ", re.MULTILINE)
+MIGRATION = re.compile(r"^-- migration (\d{4})_(\w+)$", re.MULTILINE)
 
 
 async def test_migrating_an_empty_database_gives_the_canonical_schema(
@@ -117,15 +58,16 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
     every_version = [m.version for m in migrate.migrations()]
     assert applied == {n: every_version for n in range(TEST_SHARDS)}
 
-    canonical = await dump_schema(database_url, shards_of(database_url)[0])
-    for shard in shards_of(empty_url):
-        assert await dump_schema(empty_url, shard) == canonical
+    canonical = catalog.canonical()
+    for shard in (*shards_of(empty_url), *shards_of(database_url)):
+        assert await describe(shard) == canonical, OUT_OF_DATE
 
-    tables = {r["relname"] for r in canonical["relations"] if r["relkind"] in ("r", "p")}
+    tables = set(TABLE.findall(canonical))
     assert tables == {
         "attempts",
         "attempts_default",
         "audit_log",
+        "changed_jobs",
         "definitions",
         "enqueue_buckets",
         "finished_runs",
@@ -136,8 +78,8 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "shard_epoch",
         "shard_meta",
     }
-    assert {r["relname"] for r in canonical["relations"] if r["relkind"] == "v"} == {"runs"}
-    index_names = {i["indexname"] for i in canonical["indexes"]}
+    assert set(VIEW.findall(canonical)) == {"runs"}
+    index_names = set(INDEX.findall(canonical))
     assert {
         "live_runs_claimable",
         "live_runs_limited",
@@ -147,11 +89,29 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "run_keys_cron_due",
         "finished_runs_dead",
         "definitions_due",
+        "definitions_managed",
         "attempts_run",
     } <= index_names
-    assert canonical["versions"] == [
-        {"version": m.version, "name": m.name} for m in migrate.migrations()
+    assert MIGRATION.findall(canonical) == [
+        (f"{m.version:04d}", m.name) for m in migrate.migrations()
     ]
+
+
+async def test_a_shard_that_drifted_from_the_canonical_schema_is_told_apart(
+    database_url: str,
+) -> None:
+    """The check sees what a hand-made change or a migration missing from schema.sql
+    would leave: here one index more."""
+    shard = shards_of(database_url)[1]
+    conn = await database.connect(shard)
+    try:
+        await conn.execute("CREATE INDEX drift_probe ON audit_log (actor)")
+    finally:
+        await conn.close()
+    described = await describe(shard)
+    assert described != catalog.canonical()
+    assert "CREATE INDEX drift_probe ON audit_log USING btree (actor);" in described
+    assert await describe(shards_of(database_url)[0]) == catalog.canonical()
 
 
 async def test_each_shard_records_its_identity(empty_url: str) -> None:
@@ -168,7 +128,7 @@ async def test_each_shard_records_its_identity(empty_url: str) -> None:
 
 async def test_migrating_again_changes_nothing(database_url: str) -> None:
     shards = shards_of(database_url)
-    before = [await dump_schema(database_url, s) for s in shards]
+    before = [await describe(s) for s in shards]
     conn = await database.connect(shards[0])
     try:
         stamps = await conn.fetch("SELECT version, applied_at FROM schema_version")
@@ -181,7 +141,7 @@ async def test_migrating_again_changes_nothing(database_url: str) -> None:
 
     assert await migrate.migrate_all(shards) == {n: [] for n in range(TEST_SHARDS)}
 
-    assert [await dump_schema(database_url, s) for s in shards] == before
+    assert [await describe(s) for s in shards] == before
     conn = await database.connect(shards[0])
     try:
         assert await conn.fetch("SELECT version, applied_at FROM schema_version") == stamps
@@ -233,7 +193,7 @@ async def test_upgrading_from_every_older_version_matches_migrating_from_zero(
     empty_url: str, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     everything = migrate.migrations()
-    canonical = await dump_schema(database_url, shards_of(database_url)[0])
+    canonical = catalog.canonical()
     # One shard per starting version: shard k starts at version k, then upgrades.
     shards = shards_of(empty_url, len(everything) + 1)
     for start, shard in enumerate(shards):
@@ -242,7 +202,7 @@ async def test_upgrading_from_every_older_version_matches_migrating_from_zero(
             await _migrate_one(shard, len(shards))
         monkeypatch.setattr(migrate, "migrations", lambda: everything)
         await _migrate_one(shard, len(shards))
-        assert await dump_schema(empty_url, shard) == canonical, f"from version {start}"
+        assert await describe(shard) == canonical, f"from version {start}"
 
 
 async def _migrate_one(shard: Shard, count: int) -> list[int]:
@@ -472,6 +432,7 @@ WEIGHTS = [0.7, 0.25, 0.05]
                 [None],
                 [0],
                 [0],
+                [False],
                 None,
             ),
             # ON CONFLICT DO NOTHING arbitrates on every unique index of run_keys.

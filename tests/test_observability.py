@@ -12,12 +12,14 @@ from typing import Any
 
 import click
 import httpx
+import pydantic
 import pytest
 
 from tickwork.api import server
 from tickwork.cli import health, options
 from tickwork.core.clock import FrozenClock
 from tickwork.core.records import Outcome, State
+from tickwork.core.settings import LogSettings, Settings
 from tickwork.core.spec import JobSpec, Priority, Retry
 from tickwork.engine import canary
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
@@ -58,7 +60,9 @@ async def test_one_canary_per_shard_and_minute_completed_by_a_dispatcher(
     twin = Scheduler(database, clock=clock, metrics=Metrics(), observer=ShardObserver(Metrics()))
     await twin.pass_once()
     dispatcher = Dispatcher(database, clock)
-    granted = await dispatcher.lease([canary.QUEUE], 100, "canary", 30, tenant=canary.TENANT)
+    granted = await dispatcher.lease(
+        [canary.QUEUE], limit=100, worker_id="canary", lease_seconds=30, tenant=canary.TENANT
+    )
     assert sorted(lease.shard for lease in granted) == list(range(database.shard_count))
     assert all(lease.priority == Priority.critical.rank for lease in granted)
     await dispatcher.release(granted)
@@ -128,7 +132,9 @@ async def test_backlog_per_queue_and_its_oldest_run(
     labels = {"shard": str(shard), "queue": "work", "priority": "critical"}
     assert sample(metrics, "tickwork_oldest_ready_seconds", **labels) == 20
 
-    granted = await Dispatcher(database, clock).lease(["work"], 3, "w", 30)
+    granted = await Dispatcher(database, clock).lease(
+        ["work"], limit=3, worker_id="w", lease_seconds=30
+    )
     assert len(granted) == 3
     clock.advance(15)
     await scheduler.pass_once()
@@ -136,7 +142,7 @@ async def test_backlog_per_queue_and_its_oldest_run(
 
 
 async def fail_all(dispatcher: Dispatcher, queue: str, count: int) -> None:
-    granted = await dispatcher.lease([queue], count, "w", 30)
+    granted = await dispatcher.lease([queue], limit=count, worker_id="w", lease_seconds=30)
     assert len(granted) == count
     results = await dispatcher.complete(
         [CompleteItem(g.run_id, g.fencing_token, Outcome.failed, {"message": "x"}) for g in granted]
@@ -174,7 +180,7 @@ async def test_dead_runs_and_lease_expiries_per_opted_in_job_once(
     assert dead["_other"] == 4
 
     await jobs.enqueue("payments", "settle", EnqueueRequest(), ACTOR)
-    [lease] = await dispatcher.lease(["work"], 1, "w", 5)
+    [lease] = await dispatcher.lease(["work"], limit=1, worker_id="w", lease_seconds=5)
     clock.advance(6)
     await scheduler.pass_once()
     expired = sample(
@@ -227,10 +233,13 @@ def test_json_logs_carry_the_action_key(monkeypatch: pytest.MonkeyPatch) -> None
     root = logging.getLogger()
     saved = root.handlers[:], root.level
 
+    class RoleSettings(Settings):
+        log: LogSettings = LogSettings()
+
     @click.command()
-    @options.logging_options
-    def role() -> None:
-        options.configure_logging()
+    @options.settings_options(RoleSettings)
+    def role(**given: Any) -> None:
+        options.configure_logging(options.load(RoleSettings, given).log)
         logging.getLogger("tickwork.test").warning(
             "shard %d lost", 3, extra={"action": "shard-lost", "shard": 3}
         )
@@ -249,9 +258,8 @@ def test_json_logs_carry_the_action_key(monkeypatch: pytest.MonkeyPatch) -> None
     assert record["logger"] == "tickwork.test" and record["time"]
 
 
-def test_the_text_format_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(options.LOG_FORMAT_ENV, raising=False)
-    assert not isinstance(options._formatter("text"), type(options._formatter("json")))
-    with pytest.raises(click.UsageError):
-        monkeypatch.setenv(options.LOG_FORMAT_ENV, "xml")
-        options.configure_logging()
+def test_the_text_format_is_the_default_and_others_are_refused() -> None:
+    assert LogSettings().format == "text"
+    assert LogSettings(level="warning").level == "WARNING"
+    with pytest.raises(pydantic.ValidationError):
+        LogSettings(format="xml")  # type: ignore[arg-type]

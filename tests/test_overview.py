@@ -28,7 +28,9 @@ async def test_the_overview_counts_one_tenant_per_minute(database: Database) -> 
         await jobs.enqueue("acme", name, EnqueueRequest(), "test")
         await jobs.enqueue("globex", name, EnqueueRequest(), "test")
     clock.advance(2)  # every lease starts 2 s after its run was ready
-    leases = await dispatcher.lease(["default"], 10, "w", 30, "acme")
+    leases = await dispatcher.lease(
+        ["default"], limit=10, worker_id="w", lease_seconds=30, tenant="acme"
+    )
     assert len(leases) == 4
     clock.advance(60)
     outcomes = [Outcome.succeeded, Outcome.succeeded, Outcome.failed, Outcome.failed]

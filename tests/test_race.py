@@ -72,6 +72,7 @@ async def preload(
                 now,
                 0,  # no concurrency limit
                 None,  # no request fingerprint: no idempotency key
+                False,  # not a dry run
             )
             for i in range(count)
         ],
@@ -212,7 +213,9 @@ async def test_drain_every_shard_through_separate_dispatchers(shard_map: ShardMa
         async with Database(shard_map, settings) as own:
             dispatcher = Dispatcher(own, rng=random.Random(number))
             while not done.is_set():
-                got = await dispatcher.lease(QUEUES, 1 + number * 3, name, 30)
+                got = await dispatcher.lease(
+                    QUEUES, limit=1 + number * 3, worker_id=name, lease_seconds=30
+                )
                 if not got:
                     await asyncio.sleep(0.002)
                     continue

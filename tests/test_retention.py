@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -23,7 +24,7 @@ DAY = datetime(2001, 5, 10, 12, 0, tzinfo=UTC)
 
 async def _partitions(database: Database, shard: int) -> set[str]:
     async with database.connection(shard) as conn:
-        return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS)}
+        return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS_OF, "attempts")}
 
 
 async def _finish_one_run(database: Database, jobs: Jobs, clock: Clock) -> int:
@@ -102,9 +103,8 @@ async def test_concurrent_maintenance_of_one_shard_takes_turns(database: Databas
     """Schedulers starting together on a fresh database all maintain the partitions:
     each new day is created exactly once and nobody fails (it raised
     DuplicateTableError before)."""
-    shard = 0
-    connections = [await database.pool(shard).acquire() for _ in range(4)]
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        connections = [await stack.enter_async_context(database.connection(0)) for _ in range(4)]
         for round_number in range(3):
             now = DAY + timedelta(days=10 * round_number)
             results = await asyncio.gather(
@@ -127,9 +127,6 @@ async def test_concurrent_maintenance_of_one_shard_takes_turns(database: Databas
             retention.partition_name(DAY.date() + timedelta(days=d))
             for d in (0, 1, 2, 3, 10, 11, 12, 13)
         )
-    finally:
-        for conn in connections:
-            await database.pool(shard).release(conn)
 
 
 def test_partition_names_are_checked_before_they_reach_ddl() -> None:

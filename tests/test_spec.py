@@ -57,6 +57,7 @@ def test_document_is_camel_case_and_round_trips() -> None:
         "retry": {"maxAttempts": 5, "baseSeconds": 2.0, "maxSeconds": 60.0},
         "concurrency": 1,
         "paused": True,
+        "dryRun": True,
         "payload": {"invoice": [1, 2, 3], "dry": False},
     }
     job = JobSpec.model_validate(document)
@@ -224,10 +225,3 @@ def test_valid_job_names(name: str) -> None:
 def test_invalid_job_names(name: str) -> None:
     with pytest.raises(ValueError, match="job name"):
         spec.check_name(name)
-
-
-def test_aware_refuses_naive_datetimes() -> None:
-    instant = datetime(2026, 1, 1, tzinfo=UTC)
-    assert spec.aware(instant, "runAt") is instant
-    with pytest.raises(ValueError, match="runAt"):
-        spec.aware(datetime(2026, 1, 1), "runAt")

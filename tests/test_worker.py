@@ -1,8 +1,9 @@
 """The worker SDK against the real API on a real PostgreSQL, plus a few protocol cases
 (batching, retries, refusals) against a scripted fake API.
 
-Tests wait on signals (handler events, ``on_result``, log records) with timeouts; the
-only real wait is the heartbeat test, whose lease the test itself sets to 2 s.
+Tests wait on signals (handler events, ``on_result``, log records, the worker's test
+signals) with timeouts, and move time with the injected clock where a lease must
+run out: no test sleeps through a lease.
 """
 
 from __future__ import annotations
@@ -300,16 +301,31 @@ async def test_heartbeats_keep_a_run_past_its_lease(api_server: Any) -> None:
     await put_job(api_server, "slow")
     run_id = await enqueue(api_server, "slow")
     results = Results()
-    worker = make_worker(api_server, results, lease_seconds=2)
+    worker = make_worker(api_server, results, lease_seconds=1)
+    worker.test_signals.init()
     first_expiry: list[Any] = []
+    release = asyncio.Event()
 
     @worker.handler(job="slow")
     async def slow(ctx: RunContext) -> None:
         first_expiry.append(ctx.lease_expires_at)
-        await asyncio.sleep(3)  # longer than the lease: only heartbeats keep it
+        await release.wait()  # held past the first lease's end: only heartbeats keep it
         assert ctx.lease_expires_at is not None and ctx.lease_expires_at > first_expiry[0]
 
-    async with scheduler_loop(api_server), running(worker):  # the reaper is on
+    async with running(worker):
+        lease = await worker.test_signals.leased.wait(WAIT)
+        extended = await worker.test_signals.extended.wait_for(lambda e: e.run_id == run_id, WAIT)
+        assert lease.lease_expires_at is not None and extended.lease_expires_at is not None
+        assert extended.lease_expires_at > lease.lease_expires_at
+        # The reaper, at an instant past the first lease's end (the injected clock):
+        # the heartbeat moved the lease beyond it, so nothing is taken back.
+        past_first = (
+            lease.lease_expires_at + (extended.lease_expires_at - lease.lease_expires_at) / 2
+        )
+        shard, _ = api_server.jobs.locate_run(run_id)
+        async with api_server.database.connection(shard) as conn:
+            assert (await leases.reap(conn, now=past_first)).total == 0
+        release.set()
         [result] = await results.wait(1)
 
     assert result.state == "succeeded"

@@ -205,6 +205,7 @@ async def test_team_routes_take_input_as_given(api_server: ApiServer) -> None:
             "retry": {"maxAttempts": 2, "baseSeconds": 10.0, "maxSeconds": 60.5},
             "concurrency": 0,
             "paused": True,
+            "dryRun": False,
         }
         for body, field in [
             ({"delaySeconds": "10"}, "delaySeconds"),

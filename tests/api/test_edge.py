@@ -18,17 +18,15 @@ import pytest
 from conftest import TEAM_TOKEN, WORKER_TOKEN
 
 from tickwork.api.app import create_app
-from tickwork.api.edge import EdgeLimits
 from tickwork.api.server import HttpServer
-from tickwork.api.services import ApiSettings, Services
-from tickwork.engine.dispatch import Dispatcher
-from tickwork.engine.jobs import Jobs
+from tickwork.api.services import Services
+from tickwork.core.settings import ApiSettings, EdgeSettings
+from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
 
 # Wall-clock behaviour is what these tests are about: short limits keep them fast.
-LIMITS = EdgeLimits(
+LIMITS = EdgeSettings(
     header_timeout_seconds=0.3, max_header_bytes=4096, max_connections=16, linger_seconds=0.3
 )
 BODY_SECONDS = 0.3
@@ -43,12 +41,9 @@ class Edge:
 
 
 @contextlib.asynccontextmanager
-async def serving(database: Database, limits: EdgeLimits = LIMITS) -> AsyncIterator[Edge]:
+async def serving(database: Database, limits: EdgeSettings = LIMITS) -> AsyncIterator[Edge]:
     services = Services(
-        database=database,
-        jobs=Jobs(database),
-        dispatcher=Dispatcher(database),
-        signal=ReadySignal(database.shard_map),
+        engine=Installation.over(database),
         authenticator=conftest.test_tokens(),
         metrics=Metrics(),
         settings=ApiSettings(body_timeout_seconds=BODY_SECONDS),
@@ -221,7 +216,7 @@ async def test_chunks_sent_forever_get_408(edge: Edge) -> None:
 
 
 async def test_connections_over_the_cap_get_503_at_once(database: Database) -> None:
-    limits = EdgeLimits(header_timeout_seconds=10, max_connections=4, linger_seconds=0.3)
+    limits = EdgeSettings(header_timeout_seconds=10, max_connections=4, linger_seconds=0.3)
     async with serving(database, limits) as edge, contextlib.AsyncExitStack() as stack:
         held = [await stack.enter_async_context(raw(edge)) for _ in range(4)]
         async with raw(edge) as (reader, _):

@@ -20,11 +20,9 @@ from tickwork.api.app import create_app
 from tickwork.api.review_settings import ReviewSettings
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
-from tickwork.engine.dispatch import Dispatcher
-from tickwork.engine.jobs import Jobs
+from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
 
 PROBLEMS = "https://tickwork.dev/problems/"
 WORKER = "sa-token-team-a-worker-0123456789"
@@ -89,12 +87,7 @@ async def cluster(kube: Emulator, database: Database) -> AsyncIterator[Cluster]:
         clock=clock,
     )
     services = Services(
-        database=database,
-        jobs=Jobs(database),
-        dispatcher=Dispatcher(database),
-        signal=ReadySignal(database.shard_map),
-        authenticator=authenticator,
-        metrics=Metrics(),
+        engine=Installation.over(database), authenticator=authenticator, metrics=Metrics()
     )
     server = HttpServer(create_app(services), port=0)
     url = await server.start()

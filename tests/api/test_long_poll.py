@@ -32,7 +32,7 @@ def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
 @pytest.fixture
 def waiting(api_server: ApiServer, monkeypatch: pytest.MonkeyPatch) -> asyncio.Queue[Waiter]:
     """A test signal: every long-poll that starts waiting puts its waiter here."""
-    signal = api_server.services.signal
+    signal = api_server.services.dispatcher.wakeups
     original = signal.waiter
     started: asyncio.Queue[Waiter] = asyncio.Queue()
 

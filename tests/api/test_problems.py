@@ -9,6 +9,9 @@ from typing import Any
 import httpx
 from conftest import ApiServer
 
+from tickwork.core.records import Manager
+from tickwork.core.spec import JobSpec
+
 PROBLEMS = "https://tickwork.dev/problems/"
 LIMIT = 256 * 1024
 # One TLS context for every client: httpx would load the CA bundle per client otherwise.
@@ -62,9 +65,11 @@ async def test_every_problem_type_of_the_contract_has_the_same_shape(
                 json={"fencingToken": granted["fencingToken"] + 1},
             )
         )
+    await api_server.jobs.put("acme", "declared", JobSpec(), "operator", manager=Manager.kubernetes)
     async with client(api_server, api_server.team_token) as team:
         responses.append(await team.post("/v1/jobs/one/runs", json={"ifNotRunning": True}))
         responses.append(await team.post(f"/v1/dlq/{run['runId']}:replay"))
+        responses.append(await team.put("/v1/jobs/declared", json={}))
     async with client(api_server) as anonymous:
         responses.append(await anonymous.get("/v1/jobs"))
 
@@ -80,6 +85,7 @@ async def test_every_problem_type_of_the_contract_has_the_same_shape(
         "stale-lease": 409,
         "concurrency-limit": 409,
         "invalid-state": 409,
+        "managed-by-kubernetes": 409,
         "payload-too-large": 413,
         "idempotency-key-reused": 422,
     }

@@ -3,7 +3,6 @@ retries into the DLQ and back out, and the metrics a lease leaves behind."""
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,6 +23,7 @@ LEASE_FIELDS = {
     "dueAt",
     "leaseExpiresAt",
     "deadline",
+    "dryRun",
     "payload",
 }
 
@@ -251,8 +251,11 @@ async def test_a_stale_fencing_token_is_refused_after_the_lease_expired(
     await make_job(api_server, "slow", retry={"maxAttempts": 3, "baseSeconds": 0})
     run = await enqueue(api_server, "slow")
     [old] = await lease(api_server, leaseSeconds=1, workerId="pod-slow")
-    await asyncio.sleep(1.2)  # let the one-second lease expire (database clock)
-    await api_server.scheduler.pass_once()  # the reaper: leased -> retry_wait
+    # A scheduler whose clock stands past the one-second lease: it has expired for it.
+    later = api_server.scheduler_at(
+        datetime.fromisoformat(old["leaseExpiresAt"]) + timedelta(seconds=1)
+    )
+    await later.pass_once()  # the reaper: leased -> retry_wait
     gone = await get_run(api_server, run["runId"])
     assert gone["state"] == "retry_wait"
     assert gone["attempts"][0]["outcome"] == "lease-expired"
@@ -261,7 +264,7 @@ async def test_a_stale_fencing_token_is_refused_after_the_lease_expired(
         await heartbeat(api_server, run["runId"], old["fencingToken"]), 409, "stale-lease"
     )
 
-    await api_server.scheduler.pass_once()  # the due flip: retry_wait -> ready
+    await later.pass_once()  # the due flip: retry_wait -> ready
     [new] = await lease(api_server, workerId="pod-fast")
     assert new["runId"] == run["runId"] and new["attempt"] == 2
     assert new["fencingToken"] > old["fencingToken"]

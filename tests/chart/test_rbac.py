@@ -17,6 +17,7 @@ from tickwork.api.app import create_app
 from tickwork.api.review_settings import ReviewSettings
 from tickwork.api.server import HttpServer
 from tickwork.cli import runtime
+from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
 
@@ -38,7 +39,7 @@ async def test_the_dispatcher_is_granted_what_kubernetes_auth_calls(
     # The dispatcher's own wiring (tickwork dispatcher --auth kubernetes), every kind
     # of authorised call once.
     async with runtime.authenticator("kubernetes", None, ReviewSettings()) as auth:
-        services = runtime.api_services(database, auth, Metrics())
+        services = runtime.api_services(Installation.over(database), auth, Metrics())
         server = HttpServer(create_app(services), port=0)
         url = await server.start()
         try:

@@ -21,9 +21,12 @@ from faults.postgres import PostgresProcess
 from faults.proxy import TcpProxy
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
-from tickwork.api.services import ApiSettings, Services
+from tickwork.api.services import Services
+from tickwork.core.clock import DatabaseClock
+from tickwork.core.settings import ApiSettings
 from tickwork.core.shards import ShardMap
 from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
 from tickwork.store import migrate
@@ -126,11 +129,15 @@ async def serving(
     """The API on ``shard_map`` served on 127.0.0.1, with test tokens."""
     async with Database(shard_map, pools) as database:
         metrics = Metrics()
-        services = Services(
+        wakeups = ReadySignal(database.shard_map, reconnect_delay=0.05, probe_interval=0.5)
+        engine = Installation(
             database=database,
             jobs=Jobs(database),
-            dispatcher=Dispatcher(database),
-            signal=ReadySignal(database.shard_map, reconnect_delay=0.05, probe_interval=0.5),
+            dispatcher=Dispatcher(database, wakeups=wakeups),
+            clock=DatabaseClock(),
+        )
+        services = Services(
+            engine=engine,
             authenticator=test_tokens(),
             metrics=metrics,
             settings=settings or ApiSettings(),

@@ -17,7 +17,7 @@ from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.store.database import Database
 
 MANIFEST = """\
-apiVersion: tickwork.dev/v1
+apiVersion: tickwork.dev/v1alpha1
 kind: ScheduledJob
 metadata: {name: report, namespace: acme}
 spec:

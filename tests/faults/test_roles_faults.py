@@ -207,8 +207,10 @@ async def test_links_that_reset_and_hang_past_the_lease_cost_attempts_not_runs(
         await eventually(lambda: len(roles.results) >= 40, what="work after the resets")
         for proxy in proxies:  # the dispatcher cut off for longer than the leases
             proxy.hang()
+        # The reaper's pass, not the 1 s lease, sets the pace here: on a busy machine the
+        # scheduler's processes get their turn late, so the wait is generous.
         await eventually(
-            lambda: any_expired(roles.jobs), within=10, what="a lease expired while cut off"
+            lambda: any_expired(roles.jobs), within=30, what="a lease expired while cut off"
         )
         for proxy in proxies:
             proxy.heal()

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import asyncpg
 
-from faults.conftest import SHARDS, eventually, proxied_map
+from faults.conftest import SHARDS, proxied_map
 from faults.proxy import TcpProxy
+from tickwork.core.testsignal import TestSignal
 from tickwork.store.wakeup import CHANNEL, ReadySignal
+
+
+async def shards_signalled(signal: TestSignal[int], within: float = 5.0) -> set[int]:
+    """The shards of the next signals, one per shard."""
+    seen: set[int] = set()
+    while len(seen) < SHARDS:
+        seen.add(await signal.wait_for(lambda shard: shard not in seen, within))
+    return seen
 
 
 async def test_a_silently_dropped_listener_link_is_noticed_and_replaced(
@@ -16,19 +25,19 @@ async def test_a_silently_dropped_listener_link_is_noticed_and_replaced(
     signal = ReadySignal(
         proxied_map(fault_url, proxies), reconnect_delay=0.05, probe_interval=0.2, probe_timeout=0.2
     )
+    signal.test_signals.init()
     await signal.start()
     notifier = await asyncpg.connect(fault_url)
     try:
-        await eventually(lambda: len(signal.connected) == SHARDS, what="listening")
+        assert await shards_signalled(signal.test_signals.listening) == set(range(SHARDS))
         accepted = [proxy.accepted for proxy in proxies]
         for proxy in proxies:  # a firewall forgets every connection: no FIN, no RST
             proxy.blackhole()
-        await eventually(
-            lambda: all(p.accepted > n for p, n in zip(proxies, accepted, strict=True)),
-            within=5,
-            what="new listening connections",
-        )
-        await eventually(lambda: len(signal.connected) == SHARDS, what="listening again")
+        # Each probe goes unanswered, the link is given up and a new one made.
+        assert await shards_signalled(signal.test_signals.lost) == set(range(SHARDS))
+        assert await shards_signalled(signal.test_signals.listening) == set(range(SHARDS))
+        assert all(p.accepted > n for p, n in zip(proxies, accepted, strict=True))
+        assert signal.connected == set(range(SHARDS))
         async with signal.waiter(["default"]) as waiter:
             await notifier.execute("SELECT pg_notify($1, 'default')", CHANNEL)
             assert await waiter.wait(2.0), "the notification did not wake the waiter"

@@ -16,15 +16,16 @@ from fastapi import FastAPI
 
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
-from tickwork.api.services import ApiSettings, Services
+from tickwork.api.services import Services
 from tickwork.core.records import Outcome, Run
+from tickwork.core.settings import ApiSettings
 from tickwork.core.spec import JobSpec
-from tickwork.engine.dispatch import CompleteItem, Dispatcher
-from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.dispatch import CompleteItem
+from tickwork.engine.installation import Installation
+from tickwork.engine.jobs import EnqueueRequest
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
 
 POLL_SECONDS = 0.2
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -39,10 +40,7 @@ class UiServer(ApiServer):
 async def dashboard(database: Database) -> AsyncIterator[UiServer]:
     """The API with the dashboard, refreshing open pages every 0.2 s."""
     services = Services(
-        database=database,
-        jobs=Jobs(database),
-        dispatcher=Dispatcher(database),
-        signal=ReadySignal(database.shard_map),
+        engine=Installation.over(database),
         authenticator=test_tokens(),
         metrics=Metrics(),
         settings=ApiSettings(ui_poll_seconds=POLL_SECONDS, ui_secret="test-secret-" + "x" * 32),
@@ -91,7 +89,9 @@ async def enqueue(server: ApiServer, tenant: str, name: str, payload: Any = None
 
 
 async def lease_one(server: ApiServer, tenant: str, queue: str = "default") -> Any:
-    leases = await server.services.dispatcher.lease([queue], 1, "worker-7", 30, tenant)
+    leases = await server.services.dispatcher.lease(
+        [queue], limit=1, worker_id="worker-7", lease_seconds=30, tenant=tenant
+    )
     assert len(leases) == 1
     return leases[0]
 

@@ -240,7 +240,9 @@ async def _populate(server: UiServer) -> dict[str, str]:
         for _ in range(3 + round(2 * math.sin(minute / 6))):
             await jobs.enqueue("acme", "hello", EnqueueRequest(), "demo")
         clock.advance(0.4)
-        leases = await dispatcher.lease(["default"], 10, "worker-a1", 30, "acme")
+        leases = await dispatcher.lease(
+            ["default"], limit=10, worker_id="worker-a1", lease_seconds=30, tenant="acme"
+        )
         clock.advance(1.5)
         items = [
             CompleteItem(

@@ -134,11 +134,11 @@ def create_app(services: Services) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await services.signal.start()
+        await services.dispatcher.start()
         try:
             yield
         finally:
-            await services.signal.stop()
+            await services.dispatcher.stop()
 
     app = FastAPI(
         title="tickwork",

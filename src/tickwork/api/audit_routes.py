@@ -55,7 +55,7 @@ async def list_audit(
             raise InvalidRequest(str(error), field="job") from error
     after = None if cursor is None else Position.decode(cursor)
     size = limit or svc.settings.default_page_size
-    page, next_cursor = await audit.entries(svc.database, owner, job, after, size)
+    page, next_cursor = await audit.entries(svc.engine.database, owner, job, after, size)
     return responses.json(
         {
             "items": [render.audit_entry(entry) for entry in page],

@@ -99,16 +99,6 @@ class Principal:
             allowed = ", ".join(r.value for r in roles)
             raise Forbidden(f"this call needs a {allowed} token, not {self.role.value}")
 
-    def may_see(self, tenant: str, queue: str) -> bool:
-        """Whether a run of ``tenant`` in ``queue`` exists for this caller: a worker
-        token sees only the runs of its queues, as it heartbeats and completes only
-        those."""
-        if self.role in (Role.admin, Role.kubernetes):
-            return True  # RBAC decides a Kubernetes principal's reads
-        if tenant != self.tenant:
-            return False
-        return self.role is not Role.worker or self.queues is None or queue in self.queues
-
     def check_queues(self, queues: Sequence[str]) -> None:
         if self.queues is None:
             return
@@ -116,8 +106,13 @@ class Principal:
         if outside:
             raise Forbidden(f"this token may not lease queue(s) {outside}", field="queues")
 
-    def worker_scope(self) -> Scope:
-        """What this caller's heartbeats and completions may touch."""
+    def scope(self) -> Scope:
+        """The runs this caller may see and act on: an admin's, any; a team's, its
+        tenant's; a worker's, its tenant's in its queues. The engine enforces it in
+        the transaction that acts. A Kubernetes principal's scope is its namespace (its
+        heartbeats and completions: the run's tenant must be the token's namespace);
+        its reads and actions on runs by id are scoped by RBAC instead (``authorize``
+        on the run's namespace and job)."""
         if self.role is Role.admin:
             return Scope()
         return Scope(

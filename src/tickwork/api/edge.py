@@ -30,34 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import http
-from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tickwork.api import problems, render
-from tickwork.core import limits
 from tickwork.core.errors import HeadersTooLarge, RequestTimeout, ServerBusy, TickworkError
-
-
-@dataclass(frozen=True)
-class EdgeLimits:
-    """What one API process accepts from the network."""
-
-    # Request line and headers together (Node and h11 use 16 KiB too).
-    max_header_bytes: int = limits.MAX_HEADER_BYTES
-    # From a connection's opening, or a request's first byte, to its last header.
-    header_timeout_seconds: float = limits.HEADER_READ_TIMEOUT_SECONDS
-    # An idle keep-alive connection is closed after this long (uvicorn's default).
-    keep_alive_seconds: int = 5
-    # Open connections, idle keep-alive ones included; over it: 503 and close.
-    max_connections: int = limits.MAX_CONNECTIONS
-    # Connections the kernel queues before the process accepts them.
-    backlog: int = 1024
-    # After an answer given before its request arrived whole: how long the rest is
-    # read (and thrown away) so the client can read the answer, before the close.
-    linger_seconds: float = 5.0
+from tickwork.core.settings import EdgeSettings
 
 
 def raw_response(error: TickworkError) -> bytes:
@@ -78,7 +58,7 @@ class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header timeouts, a header size limit and a
     connection cap (see the module docstring). ``protocol(limits)`` makes one."""
 
-    limits: ClassVar[EdgeLimits] = EdgeLimits()
+    limits: ClassVar[EdgeSettings] = EdgeSettings()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -231,7 +211,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._linger_timer = None
 
 
-def protocol(limits: EdgeLimits) -> type[GuardedProtocol]:
+def protocol(limits: EdgeSettings) -> type[GuardedProtocol]:
     """The protocol class for uvicorn's ``http=`` setting, bound to ``limits``."""
     return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
 

@@ -14,9 +14,9 @@ from starlette.responses import Response
 from tickwork.api import auth, bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
-from tickwork.core import fields, limits, shards
+from tickwork.core import fields, limits
 from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
-from tickwork.core.records import Attempt, Run, State
+from tickwork.core.records import Attempt, Run, Scope, State
 from tickwork.core.spec import JobSpec, check_name
 from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 
@@ -46,6 +46,15 @@ _errors: dict[int | str, dict[str, Any]] = {
         404: "not-found",
     }.items()
 }
+# PUT, DELETE, :pause and :resume of a job a ScheduledJob declares.
+_managed_errors: dict[int | str, dict[str, Any]] = {
+    **_errors,
+    409: {
+        "model": models.Problem,
+        "description": "managed-by-kubernetes: the job is defined by a ScheduledJob; "
+        "edit that object instead",
+    },
+}
 
 
 def _job_name(name: str) -> str:
@@ -73,23 +82,25 @@ def _limit(svc: Services, limit: int | None) -> int:
 
 async def _owned_run(
     svc: Services, caller: Principal, run_id: str, action: tuple[str, str], *roles: Role
-) -> tuple[Run, list[Attempt]]:
+) -> tuple[Run, list[Attempt], Scope]:
     """The run with its attempts, if ``caller`` may see it and do ``action`` (verb,
-    resource) on it: another tenant's run, or for a worker token a run outside its
-    queues, is reported as absent, as is a run RBAC hides in another namespace."""
+    resource) on it, and the scope to act on it in. Another tenant's run, or for a
+    worker token a run outside its queues, is absent (the engine checks the scope); for
+    a Kubernetes principal RBAC on the run's namespace and job decides, and a run it
+    may not touch in another namespace is absent too."""
     caller.require(*roles)
+    if caller.role is not Role.kubernetes:
+        run, attempts = await svc.jobs.run(run_id, caller.scope())
+        return run, attempts, caller.scope()
     run, attempts = await svc.jobs.run(run_id)
-    absent = NotFound(f"no run {run.run_id!r}", field="runId")
-    if not caller.may_see(run.tenant, run.queue):
-        raise absent
     verb, resource = action
     try:
         await auth.authorize(caller, auth.Action(verb, resource, run.tenant, run.job))
     except Forbidden:
         if run.tenant != caller.tenant:
-            raise absent from None
+            raise NotFound(f"no run {run.run_id!r}", field="runId") from None
         raise
-    return run, attempts
+    return run, attempts, Scope(tenant=run.tenant)
 
 
 async def _admit(svc: Services, tenant: str, runs: int) -> None:
@@ -110,7 +121,7 @@ async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]
 @router.put(
     "/jobs/{name}",
     summary="Create or replace a job",
-    responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_errors},
+    responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_managed_errors},
     openapi_extra=bodies.openapi(JobSpec, required=True),
 )
 async def put_job(
@@ -144,7 +155,7 @@ async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam =
 @router.delete(
     "/jobs/{name}",
     summary="Delete a job: cancel its pending runs, keep history",
-    responses={200: {"description": "What was cancelled."}, **_errors},
+    responses={200: {"description": "What was cancelled."}, **_managed_errors},
 )
 async def delete_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -185,7 +196,7 @@ async def list_jobs(
 @router.post(
     "/jobs/{name}:pause",
     summary="Pause a job (idempotent)",
-    responses={200: {"model": models.Job}, **_errors},
+    responses={200: {"model": models.Job}, **_managed_errors},
 )
 async def pause_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -198,7 +209,7 @@ async def pause_job(
 @router.post(
     "/jobs/{name}:resume",
     summary="Resume a job (idempotent)",
-    responses={200: {"model": models.Job}, **_errors},
+    responses={200: {"model": models.Job}, **_managed_errors},
 )
 async def resume_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -364,7 +375,7 @@ async def list_runs(
     owner = await _team(caller, tenant, "list", "runs")
     if cursor is not None:
         try:
-            shards.parse_run_id(cursor, svc.database.shard_count)
+            svc.jobs.locate_run(cursor)
         except NotFound as error:
             raise _cursor_problem(error) from error
     page, next_cursor = await svc.jobs.runs_of_job(
@@ -379,7 +390,9 @@ async def list_runs(
     responses={200: {"model": models.RunWithAttempts}, **_errors},
 )
 async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    run, attempts = await _owned_run(svc, caller, run_id, ("get", "runs"), Role.team, Role.worker)
+    run, attempts, _ = await _owned_run(
+        svc, caller, run_id, ("get", "runs"), Role.team, Role.worker
+    )
     return responses.json(render.run_with_attempts(run, attempts))
 
 
@@ -393,8 +406,8 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, ("update", "runs"), Role.team)
-    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject)))
+    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "runs"), Role.team)
+    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject, scope)))
 
 
 @router.get(
@@ -431,8 +444,8 @@ async def list_dead(
     },
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
-    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject)))
+    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
+    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject, scope)))
 
 
 @router.post(
@@ -445,5 +458,5 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
-    return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject)))
+    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
+    return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject, scope)))

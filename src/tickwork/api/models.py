@@ -80,6 +80,11 @@ class Job(Model):
         description="Fire times the last run_all catch-up dropped over its cap (100)."
     )
     shard: int
+    managed_by: Literal["kubernetes", "manifests"] | None = Field(
+        description="Where the job is declared when not through this API: a ScheduledJob "
+        "object (kubernetes) or a manifest file of tickwork dev (manifests). PUT, DELETE, "
+        ":pause and :resume of such a job answer 409 managed-by-kubernetes."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -243,6 +248,10 @@ class Lease(Model):
     due_at: datetime
     lease_expires_at: datetime
     deadline: datetime
+    dry_run: bool = Field(
+        description="The job is in dry-run mode (spec.dryRun): log what the run would do "
+        "and have no effects."
+    )
     payload: JsonValue = None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -11,9 +10,7 @@ from starlette.responses import Response
 from tickwork.api import auth, models, responses
 from tickwork.api.auth import Principal
 from tickwork.api.services import principal, services
-from tickwork.core.errors import SchemaMismatch
 from tickwork.engine import metrics
-from tickwork.store import migrate, outages
 
 router = APIRouter()
 
@@ -23,12 +20,6 @@ async def healthz() -> Response:
     return responses.json({"status": "ok"})
 
 
-# Checks that outlive their bound are left to finish on their own, within the pool's
-# statement timeout (cancelling one stuck on a hung link would not end it sooner); their
-# tasks are kept here until they do.
-_abandoned: set[asyncio.Task[str | None]] = set()
-
-
 @router.get(
     "/readyz",
     summary="Every shard is reachable and migrated (no authentication)",
@@ -36,39 +27,13 @@ _abandoned: set[asyncio.Task[str | None]] = set()
 )
 async def readyz(request: Request) -> Response:
     svc = services(request)
-    shard_map = svc.database.shard_map
-    bound = svc.settings.readiness_timeout_seconds
-
-    async def check(number: int) -> str | None:
-        try:
-            async with svc.database.connection(number) as conn:
-                await migrate.check_shard(conn, shard_map[number], shard_map.count)
-        except SchemaMismatch as error:
-            return error.detail
-        except Exception as error:
-            if not outages.is_outage(error):
-                raise
-            return f"shard {number} unreachable: {outages.describe(error)}"
-        return None
-
-    tasks = [asyncio.create_task(check(n)) for n in range(shard_map.count)]
-    _, late = await asyncio.wait(tasks, timeout=bound)
-    for task in late:
-        _abandoned.add(task)
-        task.add_done_callback(_abandoned.discard)
-    failures: list[str] = []
-    down: list[int] = []
-    for number, task in enumerate(tasks):
-        if task in late:
-            failure: str | None = f"shard {number} unreachable: no answer within {bound:g}s"
-        else:
-            failure = task.result()
-        if failure is not None:
-            failures.append(failure)
-            down.append(number)
-    if failures:
-        return responses.json({"status": "unavailable", "problems": failures, "down": down}, 503)
-    return responses.json({"status": "ready", "shards": shard_map.count})
+    found = await svc.engine.readiness(svc.settings.readiness_timeout_seconds)
+    if not found.ready:
+        return responses.json(
+            {"status": "unavailable", "problems": list(found.problems), "down": list(found.down)},
+            503,
+        )
+    return responses.json({"status": "ready", "shards": found.shards})
 
 
 @router.get(

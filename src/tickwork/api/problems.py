@@ -24,7 +24,7 @@ from tickwork.core.errors import (
     StoreUnavailable,
     TickworkError,
 )
-from tickwork.store import outages
+from tickwork.engine import outages
 
 logger = logging.getLogger(__name__)
 

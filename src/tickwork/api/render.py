@@ -103,6 +103,7 @@ def job(view: JobView) -> dict[str, Any]:
         "deadRuns": summary.dead,
         "missedRunsDropped": definition.missed_dropped,
         "shard": definition.shard,
+        "managedBy": None if definition.managed_by is None else definition.managed_by.value,
         "createdAt": definition.created_at,
         "updatedAt": definition.updated_at,
     }
@@ -121,6 +122,7 @@ def lease(item: Lease) -> dict[str, Any]:
         "dueAt": item.due_at,
         "leaseExpiresAt": item.lease_expires_at,
         "deadline": item.deadline,
+        "dryRun": item.dry_run,
         "payload": _payload(item.payload_json),
     }
 

@@ -7,11 +7,15 @@ import contextlib
 import errno
 import socket
 from collections.abc import Iterator
+from typing import Final
 
 import uvicorn
 from fastapi import FastAPI
 
 from tickwork.api import edge
+from tickwork.core.settings import EdgeSettings
+
+_EDGE: Final = EdgeSettings()
 
 
 class CannotListen(Exception):
@@ -28,7 +32,7 @@ class PortInUse(CannotListen):
         super().__init__(host, port, "the port is in use")
 
 
-def listen(host: str, port: int, backlog: int = edge.EdgeLimits.backlog) -> socket.socket:
+def listen(host: str, port: int, backlog: int = _EDGE.backlog) -> socket.socket:
     """Bind and listen on ``host:port`` now, so a role can say "port in use" before it
     starts anything else (uvicorn would log the error and exit the process)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -61,9 +65,9 @@ class HttpServer:
         host: str = "127.0.0.1",
         port: int = 8080,
         sock: socket.socket | None = None,
-        limits: edge.EdgeLimits | None = None,
+        limits: EdgeSettings | None = None,
     ) -> None:
-        limits = limits or edge.EdgeLimits()
+        limits = limits or _EDGE
         self.limits = limits
         self._server = _QuietServer(
             uvicorn.Config(

@@ -7,7 +7,6 @@ fifth of the server's CPU. The pydantic models in ``models`` still document them
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import socket
@@ -235,35 +234,16 @@ async def lease(request: Request) -> Response:
             "without NUL",
             field="workerId",
         )
-    tenant = None if caller.role is Role.admin else caller.tenant
-
-    async def claim(prefer: set[int] | None = None) -> list[Lease]:
-        shards = sorted(prefer) if prefer else ()
-        if prefer:
-            prefer.clear()
-        return await svc.dispatcher.lease(
-            queues, limit, worker_id, lease_seconds, tenant, prefer=shards
-        )
-
-    granted = await claim()
-    if not granted and wait > 0:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        async with svc.signal.waiter(queues) as waiter:
-            # Look once more now that we are registered: a run made ready between the
-            # first claim and the registration has already sent its notification.
-            granted = await claim()
-            while not granted:
-                remaining = deadline - loop.time()
-                if remaining <= 0 or await request.is_disconnected():
-                    break
-                await waiter.wait(min(remaining, svc.settings.long_poll_recheck_seconds))
-                granted = await claim(waiter.shards)
-        if granted and await request.is_disconnected():
-            # The worker gave up waiting: nobody would heartbeat these leases, and the
-            # runs would sit out the lease and lose an attempt. Give them back.
-            await svc.dispatcher.release(granted)
-            return responses.json({"leases": []})
+    granted = await svc.dispatcher.lease(
+        queues,
+        limit=limit,
+        worker_id=worker_id,
+        lease_seconds=lease_seconds,
+        tenant=None if caller.role is Role.admin else caller.tenant,
+        wait_seconds=wait,
+        recheck_seconds=svc.settings.long_poll_recheck_seconds,
+        gone=request.is_disconnected,
+    )
     _count_leases(svc, granted)
     return responses.json({"leases": [render.lease(item) for item in granted]})
 
@@ -287,7 +267,7 @@ def _single(result: Extended | Completed | TickworkError, svc: Services) -> Resp
 async def heartbeat(runId: str, request: Request) -> Response:
     svc, caller = await _worker(request)
     item = _beat(await bodies.json_object(request), runId)
-    [result] = await svc.dispatcher.heartbeat([item], caller.worker_scope())
+    [result] = await svc.dispatcher.heartbeat([item], caller.scope())
     return _single(result, svc)
 
 
@@ -300,7 +280,7 @@ async def heartbeat(runId: str, request: Request) -> Response:
 async def complete(runId: str, request: Request) -> Response:
     svc, caller = await _worker(request)
     item = _completion(await bodies.json_object(request), runId)
-    [result] = await svc.dispatcher.complete([item], caller.worker_scope())
+    [result] = await svc.dispatcher.complete([item], caller.scope())
     return _single(result, svc)
 
 
@@ -334,7 +314,7 @@ async def heartbeat_batch(request: Request) -> Response:
     beats = [
         _beat(item, _run_id(item, f"items[{i}]."), f"items[{i}].") for i, item in enumerate(items)
     ]
-    results = await svc.dispatcher.heartbeat(beats, caller.worker_scope())
+    results = await svc.dispatcher.heartbeat(beats, caller.scope())
     return _batch_results(svc, [b.run_id for b in beats], results)
 
 
@@ -351,5 +331,5 @@ async def complete_batch(request: Request) -> Response:
         _completion(item, _run_id(item, f"items[{i}]."), f"items[{i}].")
         for i, item in enumerate(items)
     ]
-    results = await svc.dispatcher.complete(completions, caller.worker_scope())
+    results = await svc.dispatcher.complete(completions, caller.scope())
     return _batch_results(svc, [c.run_id for c in completions], results)

@@ -23,6 +23,12 @@ _ROLES: Final = {
     "migrate": ("tickwork.cli.roles", "migrate", "server", "Create or upgrade the shards."),
     "scheduler": ("tickwork.cli.roles", "scheduler", "server", "Materialise, flip, reap."),
     "dispatcher": ("tickwork.cli.roles", "dispatcher", "server", "Serve the HTTP API."),
+    "operator": (
+        "tickwork.cli.operate",
+        "operator",
+        "server,operator",
+        "Reconcile ScheduledJobs: definitions, status, Events, admission.",
+    ),
 }
 
 

@@ -1,46 +1,174 @@
-"""Options shared by the role commands."""
+"""The role commands' options, made from their settings models (``core.settings``).
+
+``settings_options(Model)`` adds one click option per field that carries an
+``Option`` (nested groups included): its flag and environment variable, its type and
+bounds, its default, and its docstring as the help. The command then gets the
+validated settings object from ``load(Model, options)``; variables that stand for no
+flag (secrets) are read from the environment there. Nothing about an option is
+written twice.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_args, get_origin
 
+import annotated_types
 import click
+import pydantic
+from pydantic.fields import FieldInfo
 from pythonjsonlogger import json as jsonlogger
 
 from tickwork.api import server
 from tickwork.api.review_settings import ReviewSettings
-from tickwork.api.services import ApiSettings
-from tickwork.core import fairness
-from tickwork.core.shards import DEFAULT_SHARD_COUNT, ShardMap
-from tickwork.engine import quotas
+from tickwork.core.settings import (
+    ApiSettings,
+    DatabaseSettings,
+    DispatcherSettings,
+    KubernetesAuthSettings,
+    LogSettings,
+    MetricsSettings,
+    Setting,
+    Settings,
+    settings_of,
+)
+from tickwork.core.shards import ShardMap
 from tickwork.engine.metrics import JobLabels
 
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S", bound=Settings)
 
 
-def database_options(function: F) -> F:
-    function = click.option(
-        "--shards",
-        type=click.IntRange(1, 4096),
-        envvar="TICKWORK_SHARDS",
-        default=DEFAULT_SHARD_COUNT,
-        show_default=True,
-        help="Number of shards S (fixed at install time). [env TICKWORK_SHARDS]",
-    )(function)
-    return click.option(
-        "--database-url",
-        "database_urls",
-        multiple=True,
-        envvar="TICKWORK_DATABASE_URL",
-        help="PostgreSQL URL: once for all shards (a schema each), or once per shard in "
-        "shard order. [env TICKWORK_DATABASE_URL, space-separated]",
-    )(function)
+def plain(text: str) -> str:
+    """A docstring as one line of help: literals unquoted, lines joined."""
+    return " ".join(re.sub(r"``([^`]+)``", r"\1", text).split())
+
+
+def shown(value: Any) -> str:
+    """A default as the command line and the docs write it."""
+    if isinstance(value, tuple):
+        return "/".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _bounds(field: FieldInfo) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for item in field.metadata:
+        if isinstance(item, annotated_types.Ge):
+            found["min"] = item.ge
+        elif isinstance(item, annotated_types.Gt):
+            found["min"], found["min_open"] = item.gt, True
+        elif isinstance(item, annotated_types.Le):
+            found["max"] = item.le
+        elif isinstance(item, annotated_types.Lt):
+            found["max"], found["max_open"] = item.lt, True
+    return found
+
+
+def _without_none(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, types.UnionType):
+        kept = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(kept) == 1:
+            return kept[0]
+    return annotation
+
+
+def _click_option(setting: Setting) -> Callable[[F], F]:
+    option = setting.option
+    assert option is not None and option.flag is not None
+    kind = _without_none(setting.annotation)
+    arguments: dict[str, Any] = {"required": setting.required}
+    if kind is bool:
+        arguments["is_flag"] = True
+    elif get_origin(kind) is tuple and get_args(kind)[-1] is Ellipsis:
+        arguments["multiple"] = True
+    elif get_origin(kind) is tuple:
+        arguments["type"] = str  # "70/25/5": the model's validator reads it
+    elif kind is int:
+        arguments["type"] = click.IntRange(**_bounds(setting.field))
+    elif kind is float:
+        arguments["type"] = click.FloatRange(**_bounds(setting.field))
+    elif kind is Path:
+        arguments["type"] = click.Path(
+            exists=option.exists,
+            file_okay=option.path != "dir",
+            dir_okay=option.path != "file",
+            path_type=Path,
+        )
+    if not setting.required:
+        default = setting.default
+        if isinstance(default, tuple) and default and "multiple" not in arguments:
+            default = shown(default)
+        arguments["default"] = default
+        arguments["show_default"] = default not in (None, (), False)
+    text = plain(setting.description)
+    if option.env is not None:
+        arguments["envvar"] = option.env
+        text += f" [env {option.env}]"
+    return click.option(option.flag, setting.parameter, help=text, **arguments)
+
+
+def settings_options(model: type[Settings]) -> Callable[[F], F]:
+    """Decorator: the options of every flag ``model`` names (see the module docstring)."""
+    flagged = [s for s in settings_of(model) if s.option is not None and s.option.flag]
+
+    def decorate(function: F) -> F:
+        for setting in reversed(flagged):  # click lists options in decoration order
+            function = _click_option(setting)(function)
+        return function
+
+    return decorate
+
+
+def load(model: type[S], given: dict[str, Any]) -> S:
+    """The settings the command's options (``given``) and the environment say."""
+    document: dict[str, Any] = {}
+    by_name: dict[str, Setting] = {}
+    for setting in settings_of(model):
+        by_name[setting.name] = setting
+        option = setting.option
+        if setting.parameter in given:
+            value = given[setting.parameter]
+        elif option is not None and option.flag is None and option.env is not None:
+            value = os.environ.get(option.env, "").strip() or None
+            if value is None:
+                continue
+        else:
+            continue
+        target = document
+        for part in setting.path[:-1]:
+            target = target.setdefault(part, {})
+        target[setting.path[-1]] = value
+    try:
+        return model.model_validate(document)
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        name = ".".join(str(part) for part in first["loc"])
+        culprit = by_name.get(name)
+        option = None if culprit is None else culprit.option
+        where = name if option is None else (option.flag or option.env or name)
+        raise click.UsageError(f"{where}: {first['msg']}") from error
+
+
+def with_quotas_of(settings: ApiSettings, authenticator: object) -> ApiSettings:
+    """``settings`` with the per-tenant quotas the tokens file gives (if it gives any)."""
+    overrides = getattr(authenticator, "quota_overrides", None)
+    if not overrides:
+        return settings
+    return settings.model_copy(update={"quota_overrides": overrides})
+
+
+def shard_map_of(database: DatabaseSettings) -> ShardMap:
+    return shard_map(database.database_urls, database.shards)
 
 
 def shard_map(database_urls: tuple[str, ...], shards: int) -> ShardMap:
@@ -75,9 +203,6 @@ class _ActionFormatter(logging.Formatter):
         return super().format(record)
 
 
-LOG_FORMATS = ("text", "json")
-
-
 def _formatter(log_format: str) -> logging.Formatter:
     if log_format == "json":
         # One object a line: time, level, logger, message, and every extra the call
@@ -91,187 +216,16 @@ def _formatter(log_format: str) -> logging.Formatter:
     return _ActionFormatter("%(asctime)s %(levelname)-7s %(name)s%(action_tag)s %(message)s")
 
 
-def configure_logging(level: str | None = None, log_format: str | None = None) -> None:
-    """Log to stderr as ``--log-format``/``--log-level`` (or their environment
-    variables) say; a role calls it once at start."""
-    given = _given()
-    level = level or given.get(LOG_LEVEL_ENV) or os.environ.get(LOG_LEVEL_ENV)
-    chosen = log_format or given.get(LOG_FORMAT_ENV) or os.environ.get(LOG_FORMAT_ENV) or "text"
-    if chosen not in LOG_FORMATS:
-        raise click.UsageError(f"{LOG_FORMAT_ENV} must be one of {', '.join(LOG_FORMATS)}")
+def configure_logging(log: LogSettings | None = None) -> None:
+    """Log to stderr as the role's ``--log-format`` and ``--log-level`` say."""
+    log = log or LogSettings()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_formatter(chosen))
+    handler.setFormatter(_formatter(log.format))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel((level or "INFO").upper())
+    root.setLevel(log.level)
     # The embedded PostgreSQL narrates every pg_ctl call at INFO.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
-
-
-LOG_FORMAT_ENV = "TICKWORK_LOG_FORMAT"
-LOG_LEVEL_ENV = "TICKWORK_LOG_LEVEL"
-
-
-_LOGGING_META = "tickwork.logging"
-
-
-def _given() -> dict[str, str]:
-    context = click.get_current_context(silent=True)
-    found: dict[str, str] = {} if context is None else context.meta.get(_LOGGING_META, {})
-    return found
-
-
-def _export(variable: str) -> Callable[[click.Context, click.Parameter, str | None], None]:
-    """An option callback that leaves its value in the click context, where
-    ``configure_logging`` reads it: the commands need no parameter for it."""
-
-    def callback(context: click.Context, _parameter: click.Parameter, value: str | None) -> None:
-        if value:
-            context.meta.setdefault(_LOGGING_META, {})[variable] = value
-
-    return callback
-
-
-def logging_options(function: F) -> F:
-    """``--log-format`` and ``--log-level``: the same on every role."""
-    function = click.option(
-        "--log-level",
-        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-        envvar=LOG_LEVEL_ENV,
-        default=None,
-        expose_value=False,
-        is_eager=True,
-        callback=_export(LOG_LEVEL_ENV),
-        help="Log level (default INFO). [env TICKWORK_LOG_LEVEL]",
-    )(function)
-    return click.option(
-        "--log-format",
-        type=click.Choice(LOG_FORMATS),
-        envvar=LOG_FORMAT_ENV,
-        default=None,
-        expose_value=False,
-        is_eager=True,
-        callback=_export(LOG_FORMAT_ENV),
-        help="text (time level logger [action] message) or json (one object a line, with "
-        "the stable action key). Default text. [env TICKWORK_LOG_FORMAT]",
-    )(function)
-
-
-UI_SECRET_ENV = "TICKWORK_UI_SECRET"  # noqa: S105 - the name of a variable
-
-
-def ui_secret() -> str | None:
-    """The secret that seals dashboard sessions, from the environment (never a flag: a
-    command line is visible to every user of the machine). Without it each process
-    draws its own, and a session lasts as long as the process that signed it."""
-    secret = os.environ.get(UI_SECRET_ENV, "").strip()
-    if secret and len(secret) < 32:
-        raise click.UsageError(f"{UI_SECRET_ENV} must be at least 32 characters")
-    return secret or None
-
-
-def quota_options(function: F) -> F:
-    """Tenant quotas and priority weights: the same for ``dispatcher`` and ``dev``."""
-    function = click.option(
-        "--priority-weights",
-        envvar="TICKWORK_PRIORITY_WEIGHTS",
-        default="70/25/5",
-        show_default=True,
-        callback=_weights,
-        help="Shares of claims for critical/default/bulk when all have ready work; an "
-        "idle priority's share goes to the others. [env TICKWORK_PRIORITY_WEIGHTS]",
-    )(function)
-    function = click.option(
-        "--max-pending-runs",
-        type=click.IntRange(min=1),
-        envvar="TICKWORK_MAX_PENDING_RUNS",
-        default=quotas.DEFAULT_MAX_PENDING_RUNS,
-        show_default=True,
-        help="Runs a tenant may have waiting (scheduled, ready, retry_wait); over it: 429 "
-        "quota-exceeded. The tokens file may set maxPendingRuns per tenant. "
-        "[env TICKWORK_MAX_PENDING_RUNS]",
-    )(function)
-    function = click.option(
-        "--enqueue-burst",
-        type=click.FloatRange(min=1),
-        envvar="TICKWORK_ENQUEUE_BURST",
-        default=quotas.DEFAULT_ENQUEUE_BURST,
-        show_default=True,
-        help="Enqueues a tenant may make at once above the rate (enqueueBurst per tenant "
-        "in the tokens file). [env TICKWORK_ENQUEUE_BURST]",
-    )(function)
-    return click.option(
-        "--enqueue-rate",
-        type=click.FloatRange(min=0, min_open=True),
-        envvar="TICKWORK_ENQUEUE_RATE",
-        default=quotas.DEFAULT_ENQUEUE_RATE,
-        show_default=True,
-        help="Enqueues per second per tenant, across every dispatcher (enqueueRate per "
-        "tenant in the tokens file); over it: 429 quota-exceeded. [env TICKWORK_ENQUEUE_RATE]",
-    )(function)
-
-
-def _weights(_context: click.Context, _parameter: click.Parameter, value: str) -> Weights:
-    try:
-        return fairness.parse_weights(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from error
-
-
-Weights = tuple[float, float, float]
-
-
-def api_settings(
-    enqueue_rate: float,
-    enqueue_burst: float,
-    max_pending_runs: int,
-    priority_weights: Weights,
-    authenticator: object,
-) -> ApiSettings:
-    """The API settings the quota options give, with the tokens file's per-tenant quotas."""
-    return ApiSettings(
-        enqueue_rate=enqueue_rate,
-        enqueue_burst=enqueue_burst,
-        max_pending_runs=max_pending_runs,
-        priority_weights=priority_weights,
-        quota_overrides=getattr(authenticator, "quota_overrides", {}),
-        ui_secret=ui_secret(),
-    )
-
-
-AUTH_METHODS = ("tokens", "kubernetes")
-
-
-def auth_options(function: F) -> F:
-    """How the dispatcher authenticates callers: a tokens file, or Kubernetes."""
-    function = click.option(
-        "--auth-audience",
-        "auth_audiences",
-        multiple=True,
-        envvar="TICKWORK_AUTH_AUDIENCE",
-        help="With --auth kubernetes: an audience the ServiceAccount token must be "
-        "issued for (a projected token with this audience cannot be replayed to the API "
-        "server). [env TICKWORK_AUTH_AUDIENCE, space-separated]",
-    )(function)
-    function = click.option(
-        "--auth-cache-seconds",
-        type=click.FloatRange(min=0),
-        envvar="TICKWORK_AUTH_CACHE_SECONDS",
-        default=10.0,
-        show_default=True,
-        help="With --auth kubernetes: seconds a TokenReview or SubjectAccessReview answer "
-        "is reused (a refusal: half as long). [env TICKWORK_AUTH_CACHE_SECONDS]",
-    )(function)
-    return click.option(
-        "--auth",
-        type=click.Choice(AUTH_METHODS),
-        envvar="TICKWORK_AUTH",
-        default=None,
-        help="tokens: the --tokens file decides. kubernetes: ServiceAccount tokens are "
-        "checked with TokenReview and each call authorised with SubjectAccessReview on "
-        "the tickwork.dev API group (namespace = tenant). Default: kubernetes in a pod "
-        "without --tokens, else tokens. [env TICKWORK_AUTH]",
-    )(function)
 
 
 # Where a pod finds its ServiceAccount token: its presence means "running in a pod".
@@ -282,35 +236,27 @@ def in_pod() -> bool:
     return SERVICE_ACCOUNT_TOKEN.is_file()
 
 
-def auth_method(auth: str | None, tokens_file: Path | None) -> str:
+def auth_method(settings: DispatcherSettings) -> str:
+    """``--auth``, or its default: kubernetes in a pod without a tokens file."""
+    auth = settings.auth
     if auth is None:
-        auth = "kubernetes" if tokens_file is None and in_pod() else "tokens"
-    if auth == "tokens" and tokens_file is None:
+        auth = "kubernetes" if settings.tokens_file is None and in_pod() else "tokens"
+    if auth == "tokens" and settings.tokens_file is None:
         raise click.UsageError("give --tokens (or set TICKWORK_TOKENS_FILE), or --auth kubernetes")
     return auth
 
 
-def review_settings(cache_seconds: float, audiences: tuple[str, ...]) -> ReviewSettings:
-    """The Kubernetes review settings the options give."""
+def review_settings(settings: KubernetesAuthSettings) -> ReviewSettings:
+    """What Kubernetes-native authentication is told."""
     return ReviewSettings(
-        cache_seconds=cache_seconds,
-        negative_cache_seconds=cache_seconds / 2,
-        audiences=tuple(a for given in audiences for a in given.split()),
+        cache_seconds=settings.cache_seconds,
+        negative_cache_seconds=settings.cache_seconds / 2,
+        cache_size=settings.cache_size,
+        timeout_seconds=settings.timeout_seconds,
+        audiences=tuple(a for given in settings.audiences for a in given.split()),
     )
 
 
-def metrics_options(function: F) -> F:
-    """``--metrics-job``: the jobs with their own per-job series."""
-    return click.option(
-        "--metrics-job",
-        "metrics_jobs",
-        multiple=True,
-        envvar="TICKWORK_METRICS_JOBS",
-        help="A job (tenant/name; shell patterns such as payments/*) with its own series "
-        "in the per-job metrics (at most 200 jobs); every other job counts under "
-        "tickwork_job=_other. Repeatable. [env TICKWORK_METRICS_JOBS, space-separated]",
-    )(function)
-
-
-def job_labels(metrics_jobs: tuple[str, ...]) -> JobLabels:
-    return JobLabels(pattern for given in metrics_jobs for pattern in given.split())
+def job_labels(settings: MetricsSettings) -> JobLabels:
+    patterns = (pattern for given in settings.jobs for pattern in given.split())
+    return JobLabels(patterns, limit=settings.job_limit)

@@ -12,30 +12,23 @@ import click
 
 from tickwork.api.auth import Authenticator, FirstMatch, StaticTokens
 from tickwork.api.review_settings import ReviewSettings
-from tickwork.api.services import ApiSettings, Services
-from tickwork.core.fairness import PriorityShares
-from tickwork.engine.dispatch import Dispatcher
-from tickwork.engine.jobs import Jobs
+from tickwork.api.services import Services
+from tickwork.core.settings import ApiSettings
+from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
-from tickwork.store.database import Database
-from tickwork.store.wakeup import ReadySignal
 
 
 def api_services(
-    database: Database,
+    engine: Installation,
     authenticator: Authenticator,
     metrics: Metrics,
     settings: ApiSettings | None = None,
 ) -> Services:
-    settings = settings or ApiSettings()
     return Services(
-        database=database,
-        jobs=Jobs(database),
-        dispatcher=Dispatcher(database, shares=PriorityShares(settings.priority_weights)),
-        signal=ReadySignal(database.shard_map),
+        engine=engine,
         authenticator=authenticator,
         metrics=metrics,
-        settings=settings,
+        settings=settings or ApiSettings(),
     )
 
 

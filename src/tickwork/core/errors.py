@@ -73,6 +73,14 @@ class ConcurrencyLimit(TickworkError):
     title = "Concurrency limit reached"
 
 
+class ManagedByKubernetes(TickworkError):
+    """The job is declared by a ScheduledJob: change or delete that object instead."""
+
+    slug = "managed-by-kubernetes"
+    status = 409
+    title = "Managed by Kubernetes"
+
+
 class InvalidState(TickworkError):
     """A transition the run state machine does not allow (e.g. replaying a run that is not dead)."""
 

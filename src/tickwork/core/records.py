@@ -156,6 +156,7 @@ class NewRun:
     payload_json: str | None = None
     concurrency: int = 0  # the job's limit of leased runs; 0: none
     request_fingerprint: bytes | None = None
+    dry_run: bool = False  # the job is in dry-run mode (its leases say so)
 
 
 def decode_json(value: str | None) -> Any:
@@ -245,6 +246,7 @@ class Lease:
     deadline: datetime
     # Passed through as the JSON text the database holds: the worker path never parses it.
     payload_json: str | None
+    dry_run: bool = False  # the job is in dry-run mode: the handler must have no effects
 
     @property
     def run_id(self) -> str:
@@ -292,6 +294,14 @@ class Extended:
     cancel_requested: bool
 
 
+class Manager(enum.StrEnum):
+    """Where a definition is declared, when not through the HTTP API. The API refuses to
+    change or delete a managed definition: its declaration is the truth."""
+
+    kubernetes = "kubernetes"  # a ScheduledJob object, kept by the operator
+    manifests = "manifests"  # a ScheduledJob manifest file, kept by tickwork dev
+
+
 @dataclass(frozen=True, slots=True)
 class Definition:
     shard: int
@@ -304,6 +314,7 @@ class Definition:
     generation: int
     created_at: datetime
     updated_at: datetime
+    managed_by: Manager | None = None
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> Definition:
@@ -318,4 +329,49 @@ class Definition:
             generation=row["generation"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            managed_by=None if row["managed_by"] is None else Manager(row["managed_by"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """What a job's definition and runs say about it now: the run-derived part of a
+    ScheduledJob's status, read in batches."""
+
+    tenant: str
+    name: str
+    shard: int
+    generation: int
+    paused: bool
+    managed_by: Manager | None
+    # Next nominal fire time; None when paused, for API-only jobs and for a runAt job
+    # once its run exists.
+    next_run_time: datetime | None
+    last_schedule_time: datetime | None  # dueAt of the latest run past `scheduled`
+    last_run_state: State | None  # and its state
+    last_successful_time: datetime | None
+    active_runs: int
+    dead_runs: int
+    missed_runs_dropped: int
+    missed_caught_up: int  # missed fire times caught up so far (cumulative)
+
+    @classmethod
+    def from_record(cls, shard: int, row: Row) -> JobStatus:
+        state = row["last_run_state"]
+        manager = row["managed_by"]
+        return cls(
+            tenant=row["tenant"],
+            name=row["name"],
+            shard=shard,
+            generation=row["generation"],
+            paused=row["paused"],
+            managed_by=None if manager is None else Manager(manager),
+            next_run_time=row["next_run_time"],
+            last_schedule_time=row["last_schedule_time"],
+            last_run_state=None if state is None else State(state),
+            last_successful_time=row["last_successful_time"],
+            active_runs=row["active_runs"],
+            dead_runs=row["dead_runs"],
+            missed_runs_dropped=row["missed_dropped"],
+            missed_caught_up=row["missed_caught_up"],
         )

@@ -15,6 +15,7 @@ camelCase when read from the outside (``parse``). What the models emit is unchan
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -136,15 +137,20 @@ Instant = Annotated[AwareDatetime, BeforeValidator(rfc3339)]
 
 
 class Schedule(_Model):
-    """When a recurring job runs."""
+    """When a recurring job runs: a cron expression read in a time zone. Every fire
+    time becomes one run, identified by its nominal time (dueAt)."""
 
     cron: StrictStr = Field(
-        description="Five-field cron expression (Vixie semantics; names, ranges, steps, "
-        "lists, `L`, `nL`, `n#k`).",
+        description="Five-field cron expression: minute hour day-of-month month "
+        "day-of-week, Vixie semantics (names, ranges, steps, lists, `L`, `nL`, `n#k`), "
+        'e.g. "0 2 * * *". Fixed-hour times run once on DST nights: a skipped local time '
+        "at the first instant after the gap, a repeated one at its first occurrence.",
         examples=["0 2 * * *"],
+        json_schema_extra={"maxLength": limits.MAX_CRON_LENGTH},
     )
     time_zone: StrictStr = Field(
-        default="UTC", description="IANA time zone the cron fields are read in."
+        default="UTC",
+        description="IANA time zone the cron fields are read in, e.g. Europe/Berlin.",
     )
     jitter_seconds: StrictInt = Field(
         default=60,
@@ -188,14 +194,21 @@ class Schedule(_Model):
         return self
 
     def compile(self) -> CronSchedule:
-        return CronSchedule.parse(self.cron, self.time_zone)
+        return _parsed(self.cron, self.time_zone)
 
 
 def _parse(expression: str, zone: str) -> CronSchedule:
     try:
-        return CronSchedule.parse(expression, zone)
+        return _parsed(expression, zone)
     except CronError as error:
         raise PydanticCustomError("invalid_schedule", "{reason}", {"reason": str(error)}) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(expression: str, zone: str) -> CronSchedule:
+    """Schedules are immutable: a spec is validated three times per parse (cron, zone,
+    both), and a fleet shares few expressions (the operator's resync parses them all)."""
+    return CronSchedule.parse(expression, zone)
 
 
 class Retry(_Model):
@@ -319,14 +332,6 @@ def check_payload_shape(payload: Any) -> Any:
     return payload
 
 
-def check_payload(payload: Any) -> Any:
-    """Refuse payloads the database cannot hold as given (``invalid_payload``), over
-    256 KiB encoded (``payload_too_large``), or carrying an obvious credential
-    (``payload_credential``, the path inside the payload in ``ctx["path"]``)."""
-    check_payload_shape(payload)
-    return _check_payload_content(payload)
-
-
 def _check_payload_content(payload: Any) -> Any:
     size = payload_size(payload)
     if size > limits.MAX_PAYLOAD_BYTES:
@@ -367,26 +372,58 @@ class JobSpec(_Model):
     """A job definition. At most one of `schedule` and `runAt`; with neither, the job
     runs only when a run is enqueued through the API."""
 
-    schedule: Schedule | None = Field(default=None, description="Recurring schedule.")
-    run_at: Instant | None = Field(default=None, description="One-off: run once at this instant.")
-    queue: StrictStr = Field(
-        default="default", description="Queue workers lease this job's runs from."
+    schedule: Schedule | None = Field(
+        default=None,
+        description="Recurring schedule: a cron expression in a time zone. Not with runAt.",
     )
-    priority: Priority = Field(default=Priority.default, description="critical, default or bulk.")
+    run_at: Instant | None = Field(
+        default=None,
+        description="One-off: run once at this instant (RFC 3339 with an offset). Not with "
+        "schedule.",
+    )
+    queue: StrictStr = Field(
+        default="default",
+        description="Queue workers lease this job's runs from (1-63 lowercase letters, "
+        "digits, '-', '.', '_').",
+        json_schema_extra={
+            "maxLength": limits.MAX_QUEUE_LENGTH,
+            "pattern": f"^{_QUEUE_RE.pattern}$",
+        },
+    )
+    priority: Priority = Field(
+        default=Priority.default,
+        description="critical, default or bulk: when every priority has ready work, "
+        "claims go 70/25/5 between them.",
+    )
     timeout_seconds: StrictInt = Field(
         default=3600,
         ge=1,
         le=limits.MAX_TIMEOUT_SECONDS,
         description="Cap on one attempt's total run time, heartbeats included.",
     )
-    retry: Retry = Field(default_factory=Retry, description="Retry policy.")
+    retry: Retry = Field(
+        default_factory=Retry,
+        description="Retry policy of a failed attempt: full-jitter exponential backoff, "
+        "dead (in the dead-letter queue) after maxAttempts.",
+    )
     concurrency: StrictInt = Field(
         default=0,
         ge=0,
         le=limits.MAX_CONCURRENCY,
         description="Max runs leased at once; 0 means unlimited.",
     )
-    paused: StrictBool = Field(default=False, description="A paused job materialises no new runs.")
+    paused: StrictBool = Field(
+        default=False,
+        description="A paused job materialises no new runs; on resume, the fire times "
+        "missed meanwhile follow schedule.missedRunPolicy.",
+    )
+    dry_run: StrictBool = Field(
+        default=False,
+        description="Shadow mode, for running beside an old cron before switching over: "
+        "runs are scheduled and leased as usual, but every lease carries `dryRun: true`, "
+        "and workers run only handlers that declare dry-run support (they must log what "
+        "they would do and have no effects); other handlers are skipped.",
+    )
     payload: Payload = None
 
     @field_validator("run_at")
@@ -492,9 +529,3 @@ def check_name(value: str) -> None:
             f"job name {shown_value} must be a DNS-1123 subdomain (lowercase letters, digits, "
             f"'-' and '.', ≤ {limits.MAX_NAME_LENGTH} chars)"
         )
-
-
-def aware(value: datetime, field: str) -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{field} must carry a time zone offset")
-    return value

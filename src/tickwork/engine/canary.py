@@ -106,7 +106,9 @@ async def status(conn: Connection, now: datetime, watched_since: datetime) -> St
 async def complete_ready(dispatcher: Dispatcher, worker_id: str) -> int:
     """Lease the ready canary runs (of every shard) and complete them: the dispatcher's
     half of the canary. Returns how many it completed."""
-    granted = await dispatcher.lease([QUEUE], 16, worker_id, 30.0, tenant=TENANT)
+    granted = await dispatcher.lease(
+        [QUEUE], limit=16, worker_id=worker_id, lease_seconds=30.0, tenant=TENANT
+    )
     if not granted:
         return 0
     done = await dispatcher.complete(

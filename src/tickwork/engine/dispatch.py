@@ -1,9 +1,13 @@
-"""The worker path across shards: lease, heartbeat, complete, routed by run id.
+"""The worker path across shards: lease (long-polling), heartbeat, complete, routed by
+run id.
 
 A lease request visits shards from a rotating start, one single-shard claim each, until
-it has ``max`` runs; heartbeats and completions are grouped by the shard their run ids
-encode, one transaction per shard touched (concurrently), with one result per item in
-request order.
+it has ``max`` runs. Finding none, it waits for a notification of ready runs in its
+queues (``store.wakeup``, one LISTEN connection per shard), looking again at least
+every few seconds in case a notification was lost. Heartbeats and completions
+are grouped by the shard their run ids encode, one transaction per shard touched
+(concurrently), with one result per item in request order. The caller's ``Scope``
+goes down into the SQL: a worker touches only its tenant's runs in its queues.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tickwork.core.records import (
 )
 from tickwork.store import leases
 from tickwork.store.database import Database
+from tickwork.store.wakeup import ReadySignal
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -58,26 +63,84 @@ class Dispatcher:
         database: Database,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        *,
+        wakeups: ReadySignal | None = None,
         shares: PriorityShares | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
         self.rng = rng
+        # Wakes long-polls when runs become ready; started by ``start()``.
+        self.wakeups = wakeups or ReadySignal(database.shard_map)
         # The stride passes of the priority weights, carried from one claim to the next.
         self.shares = shares or PriorityShares()
         self._start = itertools.count()
 
+    async def start(self) -> None:
+        """Listen for ready runs on every shard (a long-poll without it only rechecks)."""
+        await self.wakeups.start()
+
+    async def stop(self) -> None:
+        await self.wakeups.stop()
+
     async def lease(
+        self,
+        queues: Sequence[str],
+        *,
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+        tenant: str | None = None,
+        wait_seconds: float = 0.0,
+        recheck_seconds: float = 5.0,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> list[Lease]:
+        """Claim up to ``limit`` runs of ``queues`` (of ``tenant`` only, if given);
+        finding none, wait up to ``wait_seconds`` for some to become ready, looking
+        again at least every ``recheck_seconds``.
+
+        ``gone`` tells whether the requester went away: the wait ends then, and runs
+        claimed for a requester that is gone are given back (nobody would heartbeat
+        them, and they would sit out the lease and lose an attempt).
+        """
+
+        async def claim(prefer: set[int] | None = None) -> list[Lease]:
+            shards = sorted(prefer) if prefer else ()
+            if prefer:
+                prefer.clear()
+            return await self._claim(queues, limit, worker_id, lease_seconds, tenant, shards)
+
+        granted = await claim()
+        if granted or wait_seconds <= 0:
+            return granted
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        async with self.wakeups.waiter(queues) as waiter:
+            # Look once more now that we are registered: a run made ready between the
+            # first claim and the registration has already sent its notification.
+            granted = await claim()
+            while not granted:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or (gone is not None and await gone()):
+                    break
+                await waiter.wait(min(remaining, recheck_seconds))
+                granted = await claim(waiter.shards)
+        if granted and gone is not None and await gone():
+            await self.release(granted)
+            return []
+        return granted
+
+    async def _claim(
         self,
         queues: Sequence[str],
         limit: int,
         worker_id: str,
         lease_seconds: float,
-        tenant: str | None = None,
+        tenant: str | None,
         prefer: Iterable[int] = (),
     ) -> list[Lease]:
-        """Claim up to ``limit`` runs of ``queues``, visiting shards round-robin (the
-        ``prefer`` shards first: those that just notified ready runs)."""
+        """One visit of the shards, round-robin from a rotating start (the ``prefer``
+        shards first: those that just notified ready runs)."""
         count = self.database.shard_count
         first = next(self._start) % count
         granted: list[Lease] = []

@@ -18,21 +18,35 @@ import orjson
 
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
-from tickwork.core.errors import ConcurrencyLimit, IdempotencyKeyReused, InvalidRequest
-from tickwork.core.records import Attempt, Definition, JobRunSummary, NewRun, Origin, Run, State
+from tickwork.core.errors import (
+    ConcurrencyLimit,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    ManagedByKubernetes,
+)
+from tickwork.core.records import (
+    UNRESTRICTED,
+    Attempt,
+    Definition,
+    JobRunSummary,
+    JobStatus,
+    Manager,
+    NewRun,
+    Origin,
+    Run,
+    Scope,
+    State,
+)
 from tickwork.core.spec import JobSpec, Priority
 from tickwork.engine import cursors
+from tickwork.store import clock as store_clock
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
-
-NOW_SQL = "SELECT coalesce($1::timestamptz, now())"
 
 
 async def database_now(conn: Connection, clock: Clock) -> datetime:
     """The instant ``clock`` stands for, reading the database clock when it is real."""
-    now = await conn.fetchval(NOW_SQL, clock.now())
-    assert isinstance(now, datetime)
-    return now
+    return await store_clock.now(conn, clock.now())
 
 
 def next_due_after(spec: JobSpec, after: datetime) -> datetime | None:
@@ -135,23 +149,44 @@ class Jobs:
     def locate_run(self, run_id: str) -> tuple[int, int]:
         return shards.parse_run_id(run_id, self.database.shard_count)
 
-    async def put(self, tenant: str, name: str, spec: JobSpec, actor: str) -> Stored:
+    async def put(
+        self,
+        tenant: str,
+        name: str,
+        spec: JobSpec,
+        actor: str,
+        *,
+        manager: Manager | None = None,
+    ) -> Stored:
         """Create or replace a job. ``next_due_at`` is recomputed only when the fire
         times changed (cron, timeZone or runAt), so an edit neither loses nor duplicates
         a run. Putting the spec the job already has writes nothing: no generation bump,
-        no audit entry (a manifest applied again, a GitOps resync)."""
+        no audit entry (a manifest applied again, a GitOps resync).
+
+        ``manager`` says where the job is declared (None: the HTTP API). The API may not
+        replace a managed job (``ManagedByKubernetes``); a declaration takes over a job
+        the API made, since the declaration is what GitOps keeps true."""
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
             current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
-            if current is not None and current.spec.to_document() == spec.to_document():
-                return Stored(current, Change.unchanged)
+            if current is not None:
+                refuse_managed(current, manager)
+                if (
+                    current.managed_by is manager
+                    and current.spec.to_document() == spec.to_document()
+                ):
+                    return Stored(current, Change.unchanged)
             if current is not None and same_fire_times(current.spec, spec):
                 next_due = current.next_due_at
             else:
                 next_due = next_due_after(spec, await database_now(conn, self.clock))
             definition, created = await definitions.upsert(
-                conn, shard, tenant, name, spec, next_due, actor, self.clock.now()
+                conn, shard, tenant, name, spec, next_due, actor, self.clock.now(), manager
             )
+            if current is not None and current.spec.dry_run != spec.dry_run:
+                # Switching a shadowed cron over must not leave a run behind in the
+                # old mode: every run not leased yet follows.
+                await runs.set_dry_run(conn, tenant, name, spec.dry_run)
             return Stored(definition, Change.created if created else Change.updated)
 
     async def get(self, tenant: str, name: str) -> JobView:
@@ -186,17 +221,52 @@ class Jobs:
         more = len(merged) > limit
         return views, (page[-1].name if more and page else None)
 
-    async def delete(self, tenant: str, name: str, actor: str) -> tuple[int, int]:
+    async def delete(
+        self, tenant: str, name: str, actor: str, *, manager: Manager | None = None
+    ) -> tuple[int, int]:
+        """Delete a job, cancel its pending runs, keep its history; returns ``(cancelled,
+        cancel_requested)``. Through the API (``manager`` None) a managed job is refused;
+        a declaration deletes only a job it keeps (else ``NotFound``: a ScheduledJob
+        that never got stored must not take the API's job of the same name with it)."""
         shard = self.shard_of(tenant, name)
-        async with self.database.connection(shard) as conn:
+        async with self.database.transaction(shard) as conn:
+            current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
+            if current is not None:
+                refuse_managed(current, manager)
+            if current is None or current.managed_by is not manager:
+                raise definitions.not_found(tenant, name)
             return await definitions.delete(conn, tenant, name, actor, self.clock.now())
 
     async def set_paused(self, tenant: str, name: str, paused: bool, actor: str) -> Definition:
+        """Pause or resume through the API (a managed job is paused in its declaration)."""
         shard = self.shard_of(tenant, name)
-        async with self.database.connection(shard) as conn:
+        async with self.database.transaction(shard) as conn:
+            current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
+            if current is not None:
+                refuse_managed(current, None)
             return await definitions.set_paused(
                 conn, shard, tenant, name, paused, actor, self.clock.now()
             )
+
+    async def statuses(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], JobStatus]:
+        """The status of the jobs ``keys`` (``(tenant, name)``): one query per shard."""
+        by_shard: dict[int, list[tuple[str, str]]] = {}
+        for tenant, name in keys:
+            by_shard.setdefault(self.shard_of(tenant, name), []).append((tenant, name))
+        found: dict[tuple[str, str], JobStatus] = {}
+        for shard, wanted in sorted(by_shard.items()):
+            async with self.database.connection(shard) as conn:
+                for status in await definitions.statuses(conn, shard, wanted):
+                    found[(status.tenant, status.name)] = status
+        return found
+
+    async def managed(self, manager: Manager, tenants: list[str] | None) -> list[tuple[str, str]]:
+        """``(tenant, name)`` of every job ``manager`` keeps in ``tenants`` (None: all)."""
+        found: list[tuple[str, str]] = []
+        for shard in range(self.database.shard_count):
+            async with self.database.connection(shard) as conn:
+                found += await definitions.managed(conn, manager, tenants)
+        return sorted(found)
 
     async def enqueue(
         self, tenant: str, name: str, request: EnqueueRequest, actor: str
@@ -209,11 +279,8 @@ class Jobs:
                 await definitions.get(conn, shard, tenant, name)  # raises NotFound
                 raise AssertionError("unreachable")
             if request.idempotency_key is not None:
-                existing = await conn.fetchrow(
-                    runs.RUN_BY_KEY, tenant, name, request.idempotency_key
-                )
-                if existing is not None:
-                    first = Run.from_record(shard, existing)
+                first = await runs.by_key(conn, shard, tenant, name, request.idempotency_key)
+                if first is not None:
                     _same_request(first, request)
                     return first, False
             if request.if_not_running:
@@ -261,15 +328,17 @@ class Jobs:
             idempotency_key=request.idempotency_key,
             payload_json=None if payload is None else orjson.dumps(payload).decode(),
             concurrency=spec.concurrency,
+            dry_run=spec.dry_run,
             request_fingerprint=(
                 None if request.idempotency_key is None else request.fingerprint()
             ),
         )
 
-    async def run(self, run_id: str) -> tuple[Run, list[Attempt]]:
+    async def run(self, run_id: str, scope: Scope = UNRESTRICTED) -> tuple[Run, list[Attempt]]:
+        """A run with its attempts, if ``scope`` may see it (``NotFound`` otherwise)."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            run = await runs.get(conn, shard, local)
+            run = await runs.get(conn, shard, local, scope)
             return run, await runs.attempts(conn, run)
 
     async def runs_of_job(
@@ -293,10 +362,11 @@ class Jobs:
         page = found[:limit]
         return page, (page[-1].run_id if len(found) > limit else None)
 
-    async def cancel(self, run_id: str, actor: str) -> Run:
+    async def cancel(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
+        """Cancel a run ``scope`` may see; the check and the cancel are one transaction."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            return await runs.cancel(conn, shard, local, actor, self.clock.now())
+            return await runs.cancel(conn, shard, local, actor, self.clock.now(), scope)
 
     async def enqueue_many(
         self, tenant: str, name: str, requests: Sequence[EnqueueRequest], actor: str
@@ -353,15 +423,27 @@ class Jobs:
             return page, DeadCursor(last.finished_at, last.shard, last.id)
         return page, None
 
-    async def replay(self, run_id: str, actor: str) -> Run:
+    async def replay(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
+        """Replay a dead run ``scope`` may see (checked in the replay's transaction)."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            return await dlq.replay(conn, shard, local, actor, self.clock.now())
+            return await dlq.replay(conn, shard, local, actor, self.clock.now(), scope)
 
-    async def discard(self, run_id: str, actor: str) -> Run:
+    async def discard(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
+        """Discard a dead run ``scope`` may see (checked in the discard's transaction)."""
         shard, local = self.locate_run(run_id)
         async with self.database.connection(shard) as conn:
-            return await dlq.discard(conn, shard, local, actor, self.clock.now())
+            return await dlq.discard(conn, shard, local, actor, self.clock.now(), scope)
+
+
+def refuse_managed(current: Definition, manager: Manager | None) -> None:
+    """The API (``manager`` None) may not change a job a declaration keeps."""
+    if manager is None and current.managed_by is not None:
+        raise ManagedByKubernetes(
+            f"job {current.name!r} is defined by a ScheduledJob: edit the ScheduledJob "
+            f"{current.tenant}/{current.name}",
+            field="name",
+        )
 
 
 # The DLQ's cursor: the (finishedAt, shard, id) of the last dead run of a page.

@@ -10,22 +10,28 @@ ones a GitOps reconciler follows:
 - a broken file (unreadable YAML, an invalid document) is refused whole, and the jobs
   it declared before it broke are kept as they were, until it is fixed or removed.
   Nothing else waits for it: other files' changes and deletions take effect;
-- a job whose spec did not change is not written (no generation bump, no audit entry).
+- a job whose spec did not change is not written (no generation bump, no audit entry);
+- the jobs it stores are marked as kept by the manifests (the HTTP API refuses to change
+  them), and the first sync with no broken file removes the ones no file declares any
+  more (their file went away while tickwork dev was stopped).
+
+It goes through the engine's reconcile core, as the operator does with ScheduledJob
+objects: one path from a ScheduledJob to a stored definition.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tickwork.core.errors import NotFound
+from tickwork.core.records import Manager
 from tickwork.engine import manifests
 from tickwork.engine.jobs import Change, Jobs
 from tickwork.engine.manifests import JobKey, ScheduledJob
+from tickwork.engine.reconcile import Reconciler
 from tickwork.store import outages
 
 logger = logging.getLogger("tickwork.manifests")
@@ -43,9 +49,10 @@ class ManifestSync:
     def __init__(self, jobs: Jobs, folder: Path, actor: str = ACTOR) -> None:
         self.jobs = jobs
         self.folder = folder
-        self.actor = actor
+        self.reconciler = Reconciler(jobs, Manager.manifests, actor)
         # What is in the store, as this process last wrote it, and the file it came from.
         self._applied: dict[JobKey, _Applied] = {}
+        self._pruned = False
         # Test signal: set once the watch is looking at the folder.
         self.watching = asyncio.Event()
 
@@ -73,28 +80,38 @@ class ManifestSync:
                 self._applied[key] = target  # at most its file moved
                 continue
             job = target.job
-            stored = await self.jobs.put(job.tenant, job.name, job.spec, self.actor)
+            outcome = await self.reconciler.apply(job)
             self._applied[key] = target
-            level = logging.DEBUG if stored.change is Change.unchanged else logging.INFO
+            level = logging.DEBUG if outcome.change is Change.unchanged else logging.INFO
             logger.log(
                 level,
                 "%s job %s/%s from %s",
-                stored.change.value,
+                outcome.change.value,
                 job.tenant,
                 job.name,
                 job.source,
                 extra={"action": "manifest-apply"},
             )
         for key in sorted(set(self._applied) - set(wanted)):
-            # Deleted through the API meanwhile: the outcome is the same.
-            with contextlib.suppress(NotFound):
-                await self.jobs.delete(key[0], key[1], self.actor)
+            # Gone already (another declaration took it over): the outcome is the same.
+            await self.reconciler.remove(*key)
             del self._applied[key]
             logger.info(
                 "deleted job %s/%s (its manifest is gone)",
                 *key,
                 extra={"action": "manifest-delete"},
             )
+        if not self._pruned and not scan.broken:
+            # Only when every file could be read: a broken file's jobs are kept as they
+            # were, and which jobs those are is known only once it was read.
+            for removed in await self.reconciler.prune(set(wanted)):
+                logger.info(
+                    "deleted job %s/%s (no manifest declares it any more)",
+                    removed.tenant,
+                    removed.name,
+                    extra={"action": "manifest-delete"},
+                )
+            self._pruned = True
 
     async def watch(self, stop: asyncio.Event, retry_seconds: float = 2.0) -> None:
         """Sync on every change until ``stop``. A sync cut short by a store outage is

@@ -23,7 +23,10 @@ from tickwork.core import spec as spec_module
 from tickwork.core.spec import JobSpec, check_name, check_tenant
 
 API_GROUP: Final = "tickwork.dev"
+API_VERSION: Final = "v1alpha1"
+GROUP_VERSION: Final = f"{API_GROUP}/{API_VERSION}"  # a manifest's apiVersion
 KIND: Final = "ScheduledJob"
+PLURAL: Final = "scheduledjobs"
 DEFAULT_NAMESPACE: Final = "default"
 
 # libyaml when the wheel has it: the pure-Python parser is slow on deep or large input.
@@ -33,7 +36,22 @@ _CLOSES: Final = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
 
 class ManifestError(ValueError):
-    """A manifest tickwork refuses, with where it is and what is wrong."""
+    """A manifest tickwork refuses, with where it is and what is wrong.
+
+    ``field`` names the refused field as the object writes it (``spec.schedule.cron``,
+    ``metadata.name``) and ``reason`` says what is wrong with it: the operator writes
+    them into the object's status, the admission webhook into its refusal.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.reason = reason or message
+
+    @property
+    def detail(self) -> str:
+        """``field: reason``, the way a refusal names the field."""
+        return self.reason if self.field is None else f"{self.field}: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,37 +71,52 @@ def parse_document(document: Any, source: str) -> ScheduledJob | None:
     """One YAML document; None for documents of other kinds (they are ignored)."""
     if not isinstance(document, dict) or document.get("kind") != KIND:
         return None
-    api_version = document.get("apiVersion", "")
-    if not isinstance(api_version, str) or not api_version.startswith(API_GROUP + "/"):
+    api_version = document.get("apiVersion")
+    if api_version != GROUP_VERSION:
         shown = spec_module.shown(api_version) if isinstance(api_version, str) else "not text"
-        raise ManifestError(f"{source}: apiVersion must be {API_GROUP}/v1alpha1, not {shown}")
+        reason = f"must be {GROUP_VERSION} (the version the ScheduledJob CRD serves), not {shown}"
+        raise ManifestError(f"{source}: apiVersion {reason}", field="apiVersion", reason=reason)
     metadata = document.get("metadata") or {}
     if not isinstance(metadata, dict):
-        raise ManifestError(f"{source}: metadata must be a mapping")
+        raise ManifestError(
+            f"{source}: metadata must be a mapping", field="metadata", reason="must be a mapping"
+        )
     name = metadata.get("name")
     tenant = metadata.get("namespace") or DEFAULT_NAMESPACE
     if not isinstance(name, str):
-        raise ManifestError(f"{source}: metadata.name is required (a string)")
-    try:
-        check_name(name)
-    except ValueError as error:
-        raise ManifestError(f"{source}: metadata.name: {error}") from None
-    try:
-        check_tenant(tenant)
-    except ValueError as error:
-        raise ManifestError(f"{source}: metadata.namespace: {error}") from None
+        raise ManifestError(
+            f"{source}: metadata.name is required (a string)",
+            field="metadata.name",
+            reason="required (a string)",
+        )
+    for field, check, value in (
+        ("metadata.name", check_name, name),
+        ("metadata.namespace", check_tenant, tenant),
+    ):
+        try:
+            check(value)
+        except ValueError as error:
+            raise ManifestError(
+                f"{source}: {field}: {error}", field=field, reason=str(error)
+            ) from None
     document_spec = document.get("spec")
     if document_spec is None:
         document_spec = {}
     if not isinstance(document_spec, dict):
-        raise ManifestError(f"{source} ({tenant}/{name}): spec: must be a mapping")
+        raise ManifestError(
+            f"{source} ({tenant}/{name}): spec: must be a mapping",
+            field="spec",
+            reason="must be a mapping",
+        )
     try:
         # camelCase only, no coercion: what the CRD's schema accepts.
         spec = spec_module.parse(JobSpec, document_spec)
     except ValidationError as error:
         first = error.errors()[0]
+        field = _spec_field(first)
+        reason = spec_module.error_message(first)
         raise ManifestError(
-            f"{source} ({tenant}/{name}): {_spec_field(first)}: {spec_module.error_message(first)}"
+            f"{source} ({tenant}/{name}): {field}: {reason}", field=field, reason=reason
         ) from None
     return ScheduledJob(tenant=tenant, name=name, spec=spec, source=source)
 

@@ -25,14 +25,13 @@ from tickwork.core import hashing, limits
 from tickwork.core.cron import CronSchedule
 from tickwork.core.records import Origin
 from tickwork.core.spec import MissedRunPolicy
-from tickwork.store import queries
+from tickwork.store import clock, queries
 from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
 LOCK_DUE_DEFINITIONS: Final = queries.get("lock_due_definitions")
 INSERT_PLANNED_RUNS: Final = queries.get("insert_planned_runs")
 ADVANCE_DEFINITIONS: Final = queries.get("advance_definitions")
-NOW_SQL: Final = "SELECT coalesce($1::timestamptz, now())"
 
 DEFAULT_LOOKAHEAD: Final = timedelta(seconds=60)
 DEFAULT_GRACE: Final = timedelta(seconds=10)
@@ -100,6 +99,7 @@ class Plan:
     due_times: tuple[datetime, ...]  # nominal times to insert runs for, ascending
     next_due_at: datetime | None  # the next fire time after the horizon
     dropped: int | None  # run_all: missed times over the cap (None: no catch-up now)
+    caught_up: int = 0  # missed fire times inserted as catch-up runs
 
 
 def latest_before(
@@ -161,7 +161,7 @@ def plan(
         missed = [first, *kept][-run_all_cap:]
         dropped = later + 1 - len(missed)
     upcoming, next_due = fire_times(due.cron, due.time_zone, cutoff, horizon)
-    return Plan((*missed, *upcoming), next_due, dropped)
+    return Plan((*missed, *upcoming), next_due, dropped, len(missed))
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +180,7 @@ async def materialise(
 ) -> Materialised:
     """One batch: lock due definitions, insert their runs, advance ``next_due_at``."""
     async with conn.transaction():
-        instant = await conn.fetchval(NOW_SQL, now)
-        assert isinstance(instant, datetime)
+        instant = await clock.now(conn, now)
         rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
         if not rows:
             return Materialised(0, 0, 0)
@@ -220,13 +219,16 @@ async def materialise(
                         row["payload"],
                         len(planned_runs),
                         row["concurrency"],
+                        row["dry_run"],
                     )
                 )
-            advanced.append((due.tenant, due.name, planned.next_due_at, planned.dropped))
+            advanced.append(
+                (due.tenant, due.name, planned.next_due_at, planned.dropped, planned.caught_up)
+            )
         inserted: Sequence[asyncpg.Record] = await conn.fetch(
-            INSERT_PLANNED_RUNS, *_columns(planned_runs, 16), now
+            INSERT_PLANNED_RUNS, *_columns(planned_runs, 17), now
         )
-        await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 4))
+        await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 5))
         ready = [r["queue"] for r in inserted if r["state"] == "ready"]
         await notify_ready(conn, ready)
     return Materialised(len(rows), len(inserted), len(ready))

@@ -159,12 +159,6 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
-        self.requests = Counter(
-            "tickwork_http_requests",
-            "HTTP requests answered, by route and status.",
-            ["route", "status"],
-            registry=self.registry,
-        )
 
     def set_backlog(self, shard: int, backlog: Iterable[tuple[str, str, int, float]]) -> None:
         """Replace a shard's backlog gauges with ``(queue, priority, ready, oldest age)``

@@ -1,4 +1,5 @@
-"""Per-tenant quotas: an enqueue rate (token bucket) and a cap on pending runs.
+"""Per-tenant quotas: an enqueue rate (token bucket) and a cap on pending runs
+(``TenantLimits``, from ``ApiSettings`` and the tokens file).
 
 A runaway enqueue loop in one team must not fill the shards for everyone. Over a quota
 an enqueue gets ``429 quota-exceeded`` with ``Retry-After``.
@@ -22,26 +23,13 @@ from typing import Final, Protocol
 
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import QuotaExceeded
+from tickwork.core.settings import TenantLimits
 from tickwork.store import quotas
 from tickwork.store.database import Database
 
-DEFAULT_ENQUEUE_RATE: Final = 1000.0
-DEFAULT_ENQUEUE_BURST: Final = 5000.0
-DEFAULT_MAX_PENDING_RUNS: Final = 1_000_000
 # How old a pending count may be when the tenant is far from / near its cap.
 _PENDING_FRESH_SECONDS: Final = 10.0
 _PENDING_NEAR_SECONDS: Final = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class TenantLimits:
-    enqueue_rate: float = DEFAULT_ENQUEUE_RATE
-    enqueue_burst: float = DEFAULT_ENQUEUE_BURST
-    max_pending_runs: int = DEFAULT_MAX_PENDING_RUNS
-
-    def __post_init__(self) -> None:
-        if self.enqueue_rate <= 0 or self.enqueue_burst < 1 or self.max_pending_runs < 1:
-            raise ValueError("quotas need enqueueRate > 0, enqueueBurst >= 1, maxPendingRuns >= 1")
 
 
 class Admission(Protocol):

@@ -1,17 +1,18 @@
-"""Connection pools, one per shard, each bound to its shard's schema."""
+"""Connection pools, one per shard, each bound to its shard's schema (bounded as
+``PoolSettings`` says)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from tickwork.core.settings import PoolSettings
 from tickwork.core.shards import Shard, ShardMap
 from tickwork.store import outages
 
@@ -19,22 +20,7 @@ from tickwork.store import outages
 Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
 
 
-@dataclass(frozen=True)
-class PoolSettings:
-    """Bounds on every database call, so a hung link costs a timely error (the API
-    answers 503, loops back off) rather than a hang.
-
-    ``min_size`` is 0: opening the pools makes no connection, so a role starts while
-    its database is down and connects once it is back.
-    """
-
-    min_size: int = 0
-    max_size: int = 4
-    # Seconds for one statement; the longest healthy ones take milliseconds.
-    command_timeout: float = 10.0
-    # Seconds to wait for a free pooled connection, and to open a new one.
-    acquire_timeout: float = 5.0
-    connect_timeout: float = 5.0
+_DEFAULT_POOL: Final = PoolSettings()
 
 
 # The server ends a session left idle inside a transaction (its client partitioned or
@@ -54,7 +40,7 @@ def server_settings(shard: Shard) -> dict[str, str]:
 
 
 async def connect(
-    shard: Shard, connect_timeout: float = PoolSettings.connect_timeout
+    shard: Shard, connect_timeout: float = _DEFAULT_POOL.connect_timeout
 ) -> asyncpg.Connection:
     """A single connection to ``shard`` (for migrations, listeners and tests)."""
     return await asyncpg.connect(
@@ -118,9 +104,6 @@ class Database:
     @property
     def shard_count(self) -> int:
         return self.shard_map.count
-
-    def pool(self, shard: int) -> asyncpg.Pool:
-        return self._pools[shard]
 
     @asynccontextmanager
     async def connection(self, shard: int) -> AsyncIterator[Connection]:

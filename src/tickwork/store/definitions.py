@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
 import orjson
 
 from tickwork.core.errors import NotFound
-from tickwork.core.records import Definition
+from tickwork.core.records import Definition, JobStatus, Manager
 from tickwork.core.spec import JobSpec
-from tickwork.store import queries, runs
+from tickwork.store import changes, queries, runs
 from tickwork.store.database import Connection
 
 DEFINITION: Final = queries.get("definition")
@@ -20,16 +21,18 @@ UPSERT_DEFINITION: Final = queries.get("upsert_definition")
 DELETE_DEFINITION: Final = queries.get("delete_definition")
 SET_PAUSED: Final = queries.get("set_paused")
 DEFINITIONS_OF_TENANT: Final = queries.get("definitions_of_tenant")
+MANAGED_DEFINITIONS: Final = queries.get("managed_definitions")
+JOB_STATUSES: Final = queries.get("job_statuses")
 
 
-def _not_found(tenant: str, name: str) -> NotFound:
+def not_found(tenant: str, name: str) -> NotFound:
     return NotFound(f"no job {name!r} in tenant {tenant!r}", field="name")
 
 
 async def get(conn: Connection, shard: int, tenant: str, name: str) -> Definition:
     row = await conn.fetchrow(DEFINITION, tenant, name)
     if row is None:
-        raise _not_found(tenant, name)
+        raise not_found(tenant, name)
     return Definition.from_record(shard, row)
 
 
@@ -52,10 +55,12 @@ async def upsert(
     next_due_at: datetime | None,
     actor: str,
     now: datetime | None = None,
+    managed_by: Manager | None = None,
 ) -> tuple[Definition, bool]:
     """Create or replace a definition; returns ``(definition, created)``.
 
-    The caller computes ``next_due_at`` (it knows whether the schedule changed).
+    The caller computes ``next_due_at`` (it knows whether the schedule changed) and
+    decides who may replace whom (``managed_by``: where the definition is declared).
     """
     document = spec.to_document()
     row = await conn.fetchrow(
@@ -68,8 +73,10 @@ async def upsert(
         spec.paused,
         next_due_at,
         now,
+        None if managed_by is None else managed_by.value,
     )
     assert row is not None
+    await changes.mark(conn, [(tenant, name)])
     created: bool = row["inserted"]
     await runs.audit(
         conn,
@@ -93,7 +100,7 @@ async def delete(
     """
     async with conn.transaction():
         if await conn.fetchrow(DELETE_DEFINITION, tenant, name) is None:
-            raise _not_found(tenant, name)
+            raise not_found(tenant, name)
         cancelled, requested = await runs.cancel_all_of_job(conn, tenant, name, now)
         await runs.audit(
             conn,
@@ -121,7 +128,8 @@ async def set_paused(
     async with conn.transaction():
         row = await conn.fetchrow(SET_PAUSED, tenant, name, paused, now)
         if row is None:
-            raise _not_found(tenant, name)
+            raise not_found(tenant, name)
+        await changes.mark(conn, [(tenant, name)])
         await runs.audit(
             conn, tenant, name, None, "pause" if paused else "resume", actor, None, now
         )
@@ -133,3 +141,21 @@ async def list_of_tenant(
 ) -> list[Definition]:
     rows = await conn.fetch(DEFINITIONS_OF_TENANT, tenant, after, limit)
     return [Definition.from_record(shard, row) for row in rows]
+
+
+async def managed(
+    conn: Connection, manager: Manager, tenants: list[str] | None
+) -> list[tuple[str, str]]:
+    """``(tenant, name)`` of the definitions ``manager`` keeps, in ``tenants`` (None: all)."""
+    rows = await conn.fetch(MANAGED_DEFINITIONS, manager.value, tenants)
+    return [(row["tenant"], row["name"]) for row in rows]
+
+
+async def statuses(
+    conn: Connection, shard: int, keys: Sequence[tuple[str, str]]
+) -> list[JobStatus]:
+    """The status of the jobs ``keys`` (``(tenant, name)``) of one shard, in one query."""
+    if not keys:
+        return []
+    rows = await conn.fetch(JOB_STATUSES, [k[0] for k in keys], [k[1] for k in keys])
+    return [JobStatus.from_record(shard, row) for row in rows]

@@ -7,7 +7,7 @@ from typing import Final
 
 from tickwork.core import shards
 from tickwork.core.errors import InvalidState, NotFound
-from tickwork.core.records import Run, State
+from tickwork.core.records import UNRESTRICTED, Run, Scope, State
 from tickwork.store import queries, runs
 from tickwork.store.database import Connection
 
@@ -32,10 +32,16 @@ async def list_dead(
 
 
 async def replay(
-    conn: Connection, shard: int, run_id: int, actor: str, now: datetime | None = None
+    conn: Connection,
+    shard: int,
+    run_id: int,
+    actor: str,
+    now: datetime | None = None,
+    scope: Scope = UNRESTRICTED,
 ) -> Run:
-    """dead → ready with a fresh attempt budget."""
+    """dead → ready with a fresh attempt budget (a run ``scope`` may see)."""
     async with conn.transaction():
+        await runs.require_visible(conn, shard, run_id, scope)
         row = await conn.fetchrow(REPLAY_DEAD, run_id, now)
         if row is None:
             raise await _refusal(conn, shard, run_id, "replay")
@@ -45,10 +51,16 @@ async def replay(
 
 
 async def discard(
-    conn: Connection, shard: int, run_id: int, actor: str, now: datetime | None = None
+    conn: Connection,
+    shard: int,
+    run_id: int,
+    actor: str,
+    now: datetime | None = None,
+    scope: Scope = UNRESTRICTED,
 ) -> Run:
-    """dead → discarded (terminal)."""
+    """dead → discarded (terminal; a run ``scope`` may see)."""
     async with conn.transaction():
+        await runs.require_visible(conn, shard, run_id, scope)
         row = await conn.fetchrow(DISCARD_DEAD, run_id, now)
         if row is None:
             raise await _refusal(conn, shard, run_id, "discard")

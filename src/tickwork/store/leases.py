@@ -34,7 +34,7 @@ from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
 CLAIM: Final = queries.get("claim")
-GENERIC_PLAN: Final = "SET LOCAL plan_cache_mode TO force_generic_plan"
+GENERIC_PLAN: Final = queries.get("generic_plan")
 LOCK_JOBS: Final = queries.get("lock_jobs")
 OVER_LIMIT: Final = queries.get("over_limit")
 HEARTBEAT: Final = queries.get("heartbeat")
@@ -43,7 +43,7 @@ LOCK_LEASED: Final = queries.get("lock_leased")
 LOCK_EXPIRED: Final = queries.get("lock_expired")
 RECORD_FAILURES: Final = queries.get("record_failures")
 COMPLETION_OF: Final = queries.get("completion_of")
-RUN_STATE: Final = "SELECT state, tenant, queue FROM runs WHERE id = $1"
+RUN_STATE: Final = queries.get("run_state")
 # The passes of claims made without a dispatcher's own (tests, tools): process-wide.
 SHARED_PRIORITY_SHARES: Final = fairness.PriorityShares()
 PROMOTE_DUE: Final = queries.get("promote_due")
@@ -112,6 +112,7 @@ async def claim(
             row["lease_expires_at"],
             row["deadline"],
             row["payload"],
+            row["dry_run"],
         )
         for row in rows
     ]

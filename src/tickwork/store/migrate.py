@@ -31,13 +31,10 @@ _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # Any constant works; it only has to be the same in every tickwork process.
 _ADVISORY_LOCK: Final = 0x7469636B776F726B  # "tickwork"
 
-CREATE_VERSION_TABLE: Final = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    version     integer PRIMARY KEY,
-    name        text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now()
-)"""
-
+MIGRATION_LOCK = queries.get("migration_lock")
+CREATE_SCHEMA_DDL = queries.get("create_schema_ddl")
+USE_SCHEMA = queries.get("use_schema")
+CREATE_VERSION_TABLE = queries.get("create_version_table")
 SHARD_IDENTITY = queries.get("shard_identity")
 CLAIM_SHARD_IDENTITY = queries.get("claim_shard_identity")
 APPLIED_VERSIONS = queries.get("applied_versions")
@@ -71,22 +68,22 @@ def latest_version() -> int:
     return migrations()[-1].version
 
 
-def _quoted_schema(schema: str) -> str:
-    # Identifiers cannot be bound as parameters; the schema name comes from
-    # shards.schema_name() and is checked here before it is quoted into DDL.
+def _checked_schema(schema: str) -> str:
+    # The server quotes the name into DDL (format %I); a name outside what
+    # shards.schema_name() makes is refused before it gets there.
     if not _IDENTIFIER.fullmatch(schema):
         raise ValueError(f"invalid schema name {schema!r}")
-    return f'"{schema}"'
+    return schema
 
 
 async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> list[int]:
     """Bring one shard to the latest schema; return the versions applied now."""
-    schema = _quoted_schema(shard.schema)
+    schema = _checked_schema(shard.schema)
     applied_now: list[int] = []
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _ADVISORY_LOCK)
-        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        await conn.execute(f"SET LOCAL search_path TO {schema}")
+        await conn.execute(MIGRATION_LOCK, _ADVISORY_LOCK)
+        await conn.execute(await conn.fetchval(CREATE_SCHEMA_DDL, schema))
+        await conn.fetchval(USE_SCHEMA, schema)
         await conn.execute(CREATE_VERSION_TABLE)
         applied = {row["version"] for row in await conn.fetch(APPLIED_VERSIONS)}
         for migration in migrations():

@@ -15,7 +15,7 @@ from tickwork.store.database import Connection
 
 TAKE_ENQUEUE_TOKENS: Final = queries.get("take_enqueue_tokens")
 PENDING_RUNS_OF_TENANT: Final = queries.get("pending_runs_of_tenant")
-ASYNC_COMMIT: Final = "SET LOCAL synchronous_commit TO off"
+ASYNC_COMMIT: Final = queries.get("async_commit")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from typing import Final
 
 import asyncpg
 
+from tickwork.store import queries
 from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
@@ -34,37 +35,17 @@ DAYS_AHEAD: Final = 3
 PARTITIONED: Final = ("attempts", "finished_runs")
 _PARTITION: Final = re.compile(r"^(attempts|finished_runs)_(\d{8})$")
 
-LIST_PARTITIONS_OF: Final = """
-SELECT child.relname AS name
-FROM pg_inherits
-JOIN pg_class AS parent ON parent.oid = pg_inherits.inhparent
-JOIN pg_class AS child ON child.oid = pg_inherits.inhrelid
-JOIN pg_namespace AS ns ON ns.oid = parent.relnamespace
-WHERE parent.relname = $1 AND ns.nspname = current_schema()
-"""
-LIST_PARTITIONS: Final = LIST_PARTITIONS_OF.replace("$1", "'attempts'")
-TABLE_EXISTS: Final = "SELECT to_regclass($1) IS NOT NULL"
-TODAY: Final = "SELECT (coalesce($1::timestamptz, now()) AT TIME ZONE 'UTC')::date"
+LIST_PARTITIONS_OF: Final = queries.get("partitions_of")
+TABLE_EXISTS: Final = queries.get("table_exists")
+TODAY: Final = queries.get("utc_today")
 DELETE_OLD_DEFAULT_ROWS: Final = {
-    "attempts": "DELETE FROM attempts_default WHERE finished_at < $1",
-    "finished_runs": "DELETE FROM finished_runs_default WHERE finished_at < $1",
+    "attempts": queries.get("delete_old_default_attempts"),
+    "finished_runs": queries.get("delete_old_default_finished_runs"),
 }
-FORGET_OLD_KEYS: Final = """
-DELETE FROM run_keys AS k
-WHERE k.created_at < $1
-  AND NOT EXISTS (SELECT 1 FROM live_runs AS r WHERE r.id = k.run_id)
-"""
-# One lock per shard schema (shards may share a database): the key hashes the schema.
-LOCK_SHARD_MAINTENANCE: Final = (
-    "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/attempts', 0))"
-)
-# DDL takes no bind parameters: PostgreSQL quotes the names (%I) and the bounds (%L)
-# given as parameters, and the statement it returns is run as is.
-CREATE_PARTITION_DDL: Final = (
-    "SELECT format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', "
-    "$1::text, $4::text, $2::timestamptz, $3::timestamptz)"
-)
-DROP_PARTITION_DDL: Final = "SELECT format('DROP TABLE IF EXISTS %I', $1::text)"
+FORGET_OLD_KEYS: Final = queries.get("forget_old_keys")
+LOCK_SHARD_MAINTENANCE: Final = queries.get("lock_shard_maintenance")
+CREATE_PARTITION_DDL: Final = queries.get("create_partition_ddl")
+DROP_PARTITION_DDL: Final = queries.get("drop_partition_ddl")
 
 
 def partition_name(day: date, parent: str = "attempts") -> str:

@@ -11,10 +11,13 @@ from tickwork.core import shards
 from tickwork.core.errors import InvalidState, NotFound
 from tickwork.core.records import (
     PENDING,
+    UNRESTRICTED,
     Attempt,
     JobRunSummary,
     NewRun,
+    Row,
     Run,
+    Scope,
     State,
     decode_json,
 )
@@ -39,6 +42,7 @@ JOB_RUN_COUNTS: Final = queries.get("job_run_counts")
 LAST_FINISHED_RUN: Final = queries.get("last_finished_run")
 RECORD_AUDIT: Final = queries.get("record_audit")
 NOTIFY_READY: Final = queries.get("notify_ready")
+SET_DRY_RUN: Final = queries.get("set_dry_run")
 
 
 async def insert(
@@ -68,6 +72,7 @@ async def insert(
         now,
         new.concurrency,
         new.request_fingerprint,
+        new.dry_run,
     )
     if row is None:
         existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
@@ -78,6 +83,19 @@ async def insert(
     if run.state is State.ready:
         await notify_ready(conn, [run.queue])
     return run, True
+
+
+async def set_dry_run(conn: Connection, tenant: str, job: str, dry_run: bool) -> None:
+    """Put the job's runs not leased yet in (or out of) dry-run mode."""
+    await conn.execute(SET_DRY_RUN, tenant, job, dry_run)
+
+
+async def by_key(
+    conn: Connection, shard: int, tenant: str, job: str, idempotency_key: str
+) -> Run | None:
+    """The run of ``tenant/job`` enqueued with ``idempotency_key``, if any."""
+    row = await conn.fetchrow(RUN_BY_KEY, tenant, job, idempotency_key)
+    return None if row is None else Run.from_record(shard, row)
 
 
 async def insert_many(
@@ -107,6 +125,8 @@ async def insert_many(
         now,
         [n.concurrency for n in news],
         [n.request_fingerprint for n in news],
+        # One job's runs: one mode for the whole batch.
+        any(n.dry_run for n in news),
     )
     inserted = {row["id"]: Run.from_record(shard, row) for row in rows}
     results: list[tuple[Run, bool]] = []
@@ -130,11 +150,33 @@ async def notify_ready(conn: Connection, queues: list[str]) -> None:
         await conn.execute(NOTIFY_READY, queues)
 
 
-async def get(conn: Connection, shard: int, run_id: int) -> Run:
+def _absent(shard: int, run_id: int) -> NotFound:
+    return NotFound(f"no run {shards.format_run_id(shard, run_id)!r}", field="runId")
+
+
+def _visible(row: Row | None, scope: Scope) -> bool:
+    # A run outside the caller's tenant or queues is reported as absent: existence of
+    # another team's runs is not the caller's business.
+    return row is not None and scope.allows(row["tenant"], row["queue"])
+
+
+async def get(conn: Connection, shard: int, run_id: int, scope: Scope = UNRESTRICTED) -> Run:
+    """The run, if ``scope`` may see it (``NotFound`` otherwise)."""
     row = await conn.fetchrow(RUN_BY_ID, run_id)
-    if row is None:
-        raise NotFound(f"no run {shards.format_run_id(shard, run_id)!r}", field="runId")
+    if row is None or not _visible(row, scope):
+        raise _absent(shard, run_id)
     return Run.from_record(shard, row)
+
+
+async def require_visible(
+    conn: Connection, shard: int, run_id: int, scope: Scope = UNRESTRICTED
+) -> None:
+    """``NotFound`` unless the run exists and ``scope`` may see it. A run's tenant and
+    queue never change, so the answer holds for the rest of the caller's transaction."""
+    if scope == UNRESTRICTED:
+        return
+    if not _visible(await conn.fetchrow(RUN_BY_ID, run_id), scope):
+        raise _absent(shard, run_id)
 
 
 async def attempts(conn: Connection, run: Run) -> list[Attempt]:
@@ -185,9 +227,14 @@ async def list_of_job(
 
 
 async def cancel(
-    conn: Connection, shard: int, run_id: int, actor: str, now: datetime | None = None
+    conn: Connection,
+    shard: int,
+    run_id: int,
+    actor: str,
+    now: datetime | None = None,
+    scope: Scope = UNRESTRICTED,
 ) -> Run:
-    """Cancel a run: pending → cancelled; leased → ``cancelRequested``.
+    """Cancel a run ``scope`` may see: pending → cancelled; leased → ``cancelRequested``.
 
     Cancelling a cancelled run answers it unchanged; other finished runs are refused.
     """
@@ -195,8 +242,8 @@ async def cancel(
         current = await conn.fetchrow(LOCK_RUN, run_id)
         if current is None:
             current = await conn.fetchrow(FINISHED_RUN, run_id)
-        if current is None:
-            raise NotFound(f"no run {shards.format_run_id(shard, run_id)!r}", field="runId")
+        if current is None or not _visible(current, scope):
+            raise _absent(shard, run_id)
         state = State(current["state"])
         if state in PENDING:
             row = await conn.fetchrow(CANCEL_PENDING, run_id, now)

@@ -10,16 +10,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
 from typing import Final
 
 import asyncpg
 
+from tickwork.core.backoff import Backoff
 from tickwork.core.shards import ShardMap
-from tickwork.store import database, outages
+from tickwork.core.testsignal import Signals, TestSignal
+from tickwork.store import database, outages, queries
 
 logger = logging.getLogger(__name__)
 
 CHANNEL: Final = "tickwork_ready"
+PROBE: Final = queries.get("listener_probe")
 
 
 class Waiter:
@@ -41,12 +45,24 @@ class Waiter:
         return True
 
 
+@dataclass
+class ListenerSignals(Signals):
+    """What a test can wait on (``signal.test_signals.init()`` before ``start()``)."""
+
+    listening: TestSignal[int] = field(default_factory=lambda: TestSignal("listening"))
+    """A shard's listening connection is up (again): the shard number."""
+
+    lost: TestSignal[int] = field(default_factory=lambda: TestSignal("lost"))
+    """A shard's listening connection broke, stopped answering, or could not be made."""
+
+
 class ReadySignal:
     """Listens on every shard and wakes the waiters of the notified queues.
 
     A listening connection that breaks (PostgreSQL restarting, the link reset) or stops
-    answering its keep-alive probe (a hung link) is replaced, with a backoff; the
-    waiters are woken each time it is back, since notifications sent meanwhile are lost.
+    answering its keep-alive probe (a hung link) is replaced after a full-jitter
+    backoff (``reconnect_delay`` doubling to ``max_reconnect_delay``); the waiters are
+    woken each time it is back, since notifications sent meanwhile are lost.
     Long-polls look at the database every few seconds anyway, so an outage of the
     listener delays them at most that long.
     """
@@ -67,9 +83,9 @@ class ReadySignal:
         self.probe_timeout = probe_timeout
         self._waiters: dict[str, set[Waiter]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.listening = asyncio.Event()
-        # Shards whose listening connection is up now (a test and health signal).
+        # Shards whose listening connection is up now.
         self.connected: set[int] = set()
+        self.test_signals = ListenerSignals()
 
     async def start(self) -> None:
         ready = [asyncio.Event() for _ in self.shard_map.shards]
@@ -78,7 +94,6 @@ class ReadySignal:
             for shard_number in range(self.shard_map.count)
         ]
         await asyncio.gather(*(event.wait() for event in ready))
-        self.listening.set()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -120,7 +135,7 @@ class ReadySignal:
 
     async def _listen(self, shard_number: int, ready: asyncio.Event) -> None:
         shard = self.shard_map[shard_number]
-        failures = 0
+        backoff = Backoff(self.reconnect_delay, self.max_reconnect_delay)
         while True:
             conn: asyncpg.Connection | None = None
             try:
@@ -135,12 +150,13 @@ class ReadySignal:
                 )
                 self.connected.add(shard_number)
                 ready.set()
-                if failures:
+                if backoff.failures:
                     logger.info(
                         "listening again for ready runs",
                         extra={"action": "listen-recovered", "shard": shard_number},
                     )
-                failures = 0
+                backoff.reset()
+                self.test_signals.listening.signal(shard_number)
                 # Whatever was notified while we were not listening: look again.
                 self.wake_all()
                 await self._until_lost(conn, lost)
@@ -149,7 +165,6 @@ class ReadySignal:
                     extra={"action": "listen-lost", "shard": shard_number},
                 )
             except Exception as error:
-                failures += 1
                 logger.log(
                     logging.WARNING if outages.is_outage(error) else logging.ERROR,
                     "cannot listen for ready runs: %s",
@@ -162,8 +177,8 @@ class ReadySignal:
                 if conn is not None and not conn.is_closed():
                     # A hung link must not hang the listener too: give up on the close.
                     conn.terminate()
-            delay = min(self.max_reconnect_delay, self.reconnect_delay * 2 ** max(0, failures - 1))
-            await asyncio.sleep(delay)
+            self.test_signals.lost.signal(shard_number)
+            await asyncio.sleep(backoff.next_delay())
 
     async def _until_lost(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
         """Return when the connection ends, or when it stops answering a probe."""
@@ -173,4 +188,4 @@ class ReadySignal:
             if lost.is_set():
                 return
             # A hung link sends no termination: only a round trip tells.
-            await conn.execute("SELECT 1", timeout=self.probe_timeout)
+            await conn.execute(PROBE, timeout=self.probe_timeout)

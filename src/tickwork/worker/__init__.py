@@ -15,6 +15,7 @@ worker.run_forever()
 This package imports no server module: it talks to the public HTTP API only.
 """
 
+from tickwork.core.backoff import Backoff
 from tickwork.worker.client import (
     ApiError,
     ApiUnreachable,
@@ -27,7 +28,11 @@ from tickwork.worker.client import (
     WorkerClient,
 )
 from tickwork.worker.context import NonRetryableError, RunContext
-from tickwork.worker.runner import Backoff, Handler, RunResult, Worker, default_worker_id, run
+from tickwork.worker.handlers import Handler
+from tickwork.worker.results import RunResult
+from tickwork.worker.runner import Worker, run
+from tickwork.worker.session import WorkerSignals
+from tickwork.worker.settings import WorkerSettings, default_worker_id
 
 __all__ = [
     "ApiError",
@@ -45,6 +50,8 @@ __all__ = [
     "RunResult",
     "Worker",
     "WorkerClient",
+    "WorkerSettings",
+    "WorkerSignals",
     "default_worker_id",
     "run",
 ]

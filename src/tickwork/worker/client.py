@@ -129,6 +129,7 @@ class Lease:
     lease_expires_at: datetime | None
     deadline: datetime | None
     payload: Any
+    dry_run: bool = False
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> Lease:
@@ -145,6 +146,7 @@ class Lease:
             lease_expires_at=parse_instant(item.get("leaseExpiresAt")),
             deadline=parse_instant(item.get("deadline")),
             payload=item.get("payload"),
+            dry_run=item.get("dryRun") is True,
         )
 
 

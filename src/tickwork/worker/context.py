@@ -30,6 +30,9 @@ class RunContext:
     that rejects a writer with an older token than the last one it saw), and use
     ``idempotency_key`` to make side effects happen once across attempts: execution is
     at-least-once.
+
+    ``dry_run`` is true for the runs of a job in dry-run mode (``spec.dryRun``, for
+    shadowing an old cron before switching over): the handler must have no effects.
     """
 
     __slots__ = (
@@ -37,6 +40,7 @@ class RunContext:
         "attempt",
         "cancel_requested",
         "deadline",
+        "dry_run",
         "due_at",
         "fencing_token",
         "idempotency_key",
@@ -64,6 +68,9 @@ class RunContext:
         self.fencing_token: int = lease.fencing_token
         """Strictly increasing per run: a newer lease of the same run has a larger one."""
         self.payload: Any = lease.payload
+        self.dry_run: bool = lease.dry_run
+        """The job runs in dry-run mode (``spec.dryRun``): log what the run would do and
+        have no effects. Only handlers registered with ``dry_run=True`` see such runs."""
         self.due_at: datetime | None = lease.due_at
         self.deadline: datetime | None = lease.deadline
         """Heartbeats do not extend the lease past this instant (the job's timeout)."""

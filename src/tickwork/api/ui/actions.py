@@ -190,7 +190,7 @@ async def cancel(run_id: str, request: Request) -> Response:
     async def action(who: web.Viewer, fields: web.Form) -> Response:
         found, _ = await owned_run(request, who, run_id)
         await auth.authorize(who.principal, auth.Action("update", "runs", found.tenant, found.job))
-        run = await svc.jobs.cancel(run_id, who.actor)
+        run = await svc.jobs.cancel(run_id, who.actor, who.principal.scope())
         text = (
             f"Asked the worker to stop run {run.run_id}."
             if run.state is State.leased
@@ -268,7 +268,7 @@ async def _settle(request: Request, verb: str) -> Response:
                 await auth.authorize(
                     who.principal, auth.Action("update", "dlq", found.tenant, found.job)
                 )
-                await operation(run_id, who.actor)
+                await operation(run_id, who.actor, who.principal.scope())
                 done += 1
             except TickworkError as error:
                 refused.append(error.detail)

@@ -15,7 +15,6 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from tickwork.api import auth, render
-from tickwork.api.auth import Role
 from tickwork.api.services import services
 from tickwork.api.ui import chart, views, web
 from tickwork.api.ui.words import schedule_in_words
@@ -99,7 +98,7 @@ async def overview_page(request: Request) -> Response:
     svc = services(request)
 
     async def page(who: web.Viewer) -> Response:
-        view = await overview.read(svc.database, who.tenant, svc.jobs.clock)
+        view = await overview.read(svc.engine.database, who.tenant, svc.engine.clock)
         totals = {
             "started": sum(m.started for m in view.minutes),
             "failed": sum(m.failed for m in view.minutes),
@@ -164,8 +163,8 @@ async def jobs_page(request: Request) -> Response:
             offset=(number - 1) * PAGE_SIZE,
             limit=PAGE_SIZE,
         )
-        found = await job_table.page(svc.database, who.tenant, request_query)
-        now = await overview.current_time(svc.database, svc.jobs.clock)
+        found = await job_table.page(svc.engine.database, who.tenant, request_query)
+        now = await overview.current_time(svc.engine.database, svc.engine.clock)
         params = {
             "q": contains,
             "queue": queue,
@@ -203,7 +202,7 @@ async def job_page(name: str, request: Request) -> Response:
         view = await svc.jobs.get(who.tenant, job_name(name))
         document = render.job(view)
         runs, _ = await svc.jobs.runs_of_job(who.tenant, name, None, None, RECENT_RUNS)
-        now = await overview.current_time(svc.database, svc.jobs.clock)
+        now = await overview.current_time(svc.engine.database, svc.engine.clock)
         schedule = view.definition.spec.schedule
         fires: list[Any] = []
         preview_problem = None
@@ -243,14 +242,11 @@ async def job_page(name: str, request: Request) -> Response:
 async def owned_run(request: Request, who: web.Viewer, run_id: str) -> tuple[Run, list[Any]]:
     """The run with its attempts, if the viewer may see it: another tenant's run is
     reported as absent (an admin sees every run), as in the HTTP API."""
-    run, attempts = await services(request).jobs.run(run_id)
-    absent = NotFound(f"no run {run.run_id!r}", field="runId")
-    if who.principal.role is not Role.admin and run.tenant != who.tenant:
-        raise absent
+    run, attempts = await services(request).jobs.run(run_id, who.principal.scope())
     try:
         await auth.authorize(who.principal, auth.Action("get", "runs", run.tenant, run.job))
     except Forbidden:
-        raise absent from None
+        raise NotFound(f"no run {run.run_id!r}", field="runId") from None
     return run, attempts
 
 
@@ -324,7 +320,7 @@ async def dlq_page(request: Request) -> Response:
         if since is not None and any(r.finished_at and r.finished_at < since for r in dead):
             dead = [r for r in dead if r.finished_at is not None and r.finished_at >= since]
             next_cursor = None
-        now = await overview.current_time(svc.database, svc.jobs.clock)
+        now = await overview.current_time(svc.engine.database, svc.engine.clock)
         params = {"job": job, "since": _local_value(since), "until": _local_value(until)}
         url = web.url_maker(who)
         context = {
@@ -334,7 +330,7 @@ async def dlq_page(request: Request) -> Response:
             "now": now,
             "params": params,
             "filtered": bool(job or since or until),
-            "job_names": await overview.dead_jobs(svc.database, who.tenant),
+            "job_names": await overview.dead_jobs(svc.engine.database, who.tenant),
             "next_url": None
             if next_cursor is None
             else url("/ui/dlq", **params, cursor=next_cursor.encode()),

@@ -110,9 +110,6 @@ class Sealer:
         self._ended = {sid: until for sid, until in self._ended.items() if until > now}
         self._ended[session.session_id] = session.issued_at + self.session_seconds + 1
 
-    def expires_in(self, session: Session) -> int:
-        return max(0, session.issued_at + self.session_seconds - self.now())
-
     # CSRF
 
     def csrf_token(self, session_id: str) -> str:

@@ -16,7 +16,6 @@ from tickwork.core import zones
 from tickwork.core.records import Run, State
 
 PAYLOAD_VIEW_BYTES: Final = 16 * 1024
-ERROR_VIEW_BYTES: Final = 4 * 1024
 
 # The colour of a state's badge: what a person should feel about it.
 _TONES: Final = {

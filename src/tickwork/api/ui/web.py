@@ -341,7 +341,7 @@ async def render(
         body = "".join(compiled.blocks["live"](compiled.new_context(values)))
         return secure(Response(body, status, media_type="text/html; charset=utf-8"))
     if who is not None and who.is_admin:
-        values["tenants"] = await overview.tenants(services(request).database)
+        values["tenants"] = await overview.tenants(services(request).engine.database)
     notice = request.cookies.get(sessions.FLASH_COOKIE)
     if notice:
         values["flash"] = values["flash"] or ui.sealer.flash_of(notice)

@@ -9,8 +9,9 @@ CREATE TABLE shard_meta (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 
--- The fencing epoch of the scheduler that currently owns this shard: a new owner bumps
--- it before writing, so a deposed owner's guarded writes match no row.
+-- The fencing epoch of the scheduler that owns this shard. Nothing bumps it yet: shard
+-- ownership will (a new owner bumps it before writing, so a deposed owner's guarded
+-- writes match no row). Until then every scheduler works every shard it is given.
 CREATE TABLE shard_epoch (
     singleton    boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     epoch        bigint NOT NULL DEFAULT 0,

@@ -11,24 +11,41 @@ ORDER BY finished_at DESC, id DESC
 LIMIT $5
 
 -- name: replay_dead
--- Re-enqueue with a fresh attempt budget: the run leaves the history for live_runs.
+-- Re-enqueue with a fresh attempt budget: the run leaves the history for live_runs, in
+-- the dry-run mode its job is in now.
 WITH clock AS (
     SELECT coalesce($2::timestamptz, now()) AS now
 ), revived AS (
     DELETE FROM finished_runs
     WHERE id = $1 AND state = 'dead'
     RETURNING *
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM revived
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO live_runs
 SELECT id, tenant, job, queue, priority, 'ready', origin, 0, max_attempts, retry_base,
        retry_max, timeout_seconds, due_at, clock.now, NULL, idempotency_key, payload,
        fencing_token, lease_owner, leased_at, lease_expires_at, deadline, false,
-       last_error, created_at, clock.now, NULL, concurrency, request_fingerprint
+       last_error, created_at, clock.now, NULL, concurrency, request_fingerprint,
+       coalesce((SELECT (d.spec ->> 'dryRun')::boolean
+                 FROM definitions AS d
+                 WHERE d.tenant = revived.tenant AND d.name = revived.job), false)
 FROM revived, clock
 RETURNING *
 
 -- name: discard_dead
-UPDATE finished_runs
-SET state = 'discarded', updated_at = coalesce($2::timestamptz, now())
-WHERE id = $1 AND state = 'dead'
-RETURNING *
+WITH discarded AS (
+    UPDATE finished_runs
+    SET state = 'discarded', updated_at = coalesce($2::timestamptz, now())
+    WHERE id = $1 AND state = 'dead'
+    RETURNING *
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM discarded
+    ON CONFLICT DO NOTHING
+)
+SELECT * FROM discarded

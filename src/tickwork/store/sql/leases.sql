@@ -169,24 +169,31 @@ WITH RECURSIVE heads AS (
     WHERE c.job IS NOT NULL
 ), clock AS (
     SELECT coalesce($4::timestamptz, now()) AS now
+), leased AS (
+    UPDATE live_runs AS r
+    SET state = 'leased',
+        attempt = r.attempt + 1,
+        fencing_token = nextval('fencing_tokens'),
+        lease_owner = $3,
+        leased_at = clock.now,
+        deadline = clock.now + make_interval(secs => r.timeout_seconds),
+        lease_expires_at = least(
+            clock.now + make_interval(secs => $5::double precision),
+            clock.now + make_interval(secs => r.timeout_seconds)),
+        updated_at = clock.now
+    FROM clock
+    -- = ANY(ARRAY(...)): primary-key probes, never a hash join over the whole table.
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
+              r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
+              r.lease_expires_at, r.deadline, r.payload, r.concurrency, r.dry_run
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM leased
+    ON CONFLICT DO NOTHING
 )
-UPDATE live_runs AS r
-SET state = 'leased',
-    attempt = r.attempt + 1,
-    fencing_token = nextval('fencing_tokens'),
-    lease_owner = $3,
-    leased_at = clock.now,
-    deadline = clock.now + make_interval(secs => r.timeout_seconds),
-    lease_expires_at = least(
-        clock.now + make_interval(secs => $5::double precision),
-        clock.now + make_interval(secs => r.timeout_seconds)),
-    updated_at = clock.now
-FROM clock
--- = ANY(ARRAY(...)): primary-key probes, never a hash join over the whole table.
-WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
-          r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
-          r.lease_expires_at, r.deadline, r.payload, r.concurrency
+SELECT * FROM leased
 
 -- name: lock_jobs
 -- Serialise the limit check of these jobs ($1: 'tenant/job' keys, sorted by the caller
@@ -247,6 +254,11 @@ WITH clock AS (
            NULL, deadline, cancel_requested, last_error, created_at, clock.now, clock.now,
            concurrency, request_fingerprint
     FROM done, clock
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM done
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state)
@@ -300,8 +312,8 @@ WITH clock AS (
         updated_at = clock.now
     FROM decided AS d, clock
     WHERE r.id = d.id AND d.state = 'retry_wait'
-    RETURNING r.id, r.attempt, r.fencing_token, r.lease_owner, r.leased_at, r.state,
-              r.ready_at, d.outcome, d.error
+    RETURNING r.id, r.tenant, r.job, r.attempt, r.fencing_token, r.lease_owner,
+              r.leased_at, r.state, r.ready_at, d.outcome, d.error
 ), ended AS (
     DELETE FROM live_runs AS r
     USING decided AS d
@@ -316,13 +328,18 @@ WITH clock AS (
            request_fingerprint
     FROM ended, clock
 ), changed AS (
-    SELECT id, attempt, fencing_token, lease_owner, leased_at, state, ready_at, outcome,
-           error
+    SELECT id, tenant, job, attempt, fencing_token, lease_owner, leased_at, state,
+           ready_at, outcome, error
     FROM retried
     UNION ALL
-    SELECT id, attempt, fencing_token, lease_owner, leased_at, new_state, ready_at, outcome,
-           new_error
+    SELECT id, tenant, job, attempt, fencing_token, lease_owner, leased_at, new_state,
+           ready_at, outcome, new_error
     FROM ended
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM changed
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state, next_attempt_at, error)
@@ -356,7 +373,7 @@ WITH clock AS (
     SET state = 'ready', updated_at = clock.now
     FROM clock
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE NOT late))
-    RETURNING r.queue, r.state
+    RETURNING r.tenant, r.job, r.queue, r.state
 ), ended AS (
     DELETE FROM live_runs AS r
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE late))
@@ -369,7 +386,12 @@ WITH clock AS (
            lease_expires_at, deadline, cancel_requested, last_error, created_at, clock.now,
            clock.now, concurrency, request_fingerprint
     FROM ended, clock
-    RETURNING queue, state
+    RETURNING tenant, job, queue, state
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM (SELECT tenant, job FROM flipped UNION ALL SELECT tenant, job FROM moved) AS c
+    ON CONFLICT DO NOTHING
 )
 SELECT queue, state FROM flipped
 UNION ALL
@@ -392,6 +414,11 @@ WITH clock AS (
     DELETE FROM live_runs AS r
     WHERE r.id = ANY(ARRAY(SELECT id FROM late))
     RETURNING r.*
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM ended
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO finished_runs
 SELECT id, tenant, job, queue, priority, 'skipped', origin, attempt, max_attempts,
@@ -417,15 +444,30 @@ WHERE state IN ('scheduled', 'retry_wait')
 -- name: release
 -- Give back leases nobody received (the long-poll's client went away): the runs are
 -- ready again and the attempt is not counted. Their next lease draws a new token.
-UPDATE live_runs
-SET state = 'ready',
-    attempt = attempt - 1,
-    lease_owner = NULL,
-    leased_at = NULL,
-    lease_expires_at = NULL,
-    deadline = NULL,
-    updated_at = coalesce($3::timestamptz, now())
-WHERE id = ANY($1::bigint[])
-  AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
-  AND state = 'leased'
-RETURNING queue
+WITH released AS (
+    UPDATE live_runs
+    SET state = 'ready',
+        attempt = attempt - 1,
+        lease_owner = NULL,
+        leased_at = NULL,
+        lease_expires_at = NULL,
+        deadline = NULL,
+        updated_at = coalesce($3::timestamptz, now())
+    WHERE id = ANY($1::bigint[])
+      AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
+      AND state = 'leased'
+    RETURNING tenant, job, queue
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM released
+    ON CONFLICT DO NOTHING
+)
+SELECT queue FROM released
+
+-- name: generic_plan
+-- The claim's plan is the same for every argument: see leases.claim.
+SET LOCAL plan_cache_mode TO force_generic_plan
+
+-- name: run_state
+SELECT state, tenant, queue FROM runs WHERE id = $1

@@ -23,6 +23,7 @@ SELECT tenant,
        (spec -> 'retry' ->> 'maxSeconds')::double precision AS retry_max,
        (spec ->> 'timeoutSeconds')::integer AS timeout_seconds,
        coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
+       coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
        spec -> 'payload' AS payload
 FROM definitions
 WHERE NOT paused
@@ -38,16 +39,16 @@ FOR UPDATE SKIP LOCKED
 -- left out, so materialising twice (failover, split brain) inserts nothing the second
 -- time. A run already past its starting deadline goes straight to the history.
 WITH clock AS (
-    SELECT coalesce($17::timestamptz, now()) AS now
+    SELECT coalesce($18::timestamptz, now()) AS now
 ), planned AS (
     SELECT p.*, nextval('run_ids') AS id
     FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[],
                 $6::integer[], $7::double precision[], $8::double precision[],
                 $9::integer[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[],
-                $13::text[], $14::jsonb[], $15::bigint[], $16::integer[])
+                $13::text[], $14::jsonb[], $15::bigint[], $16::integer[], $17::boolean[])
          AS p(tenant, job, queue, priority, origin, max_attempts, retry_base, retry_max,
               timeout_seconds, due_at, ready_at, start_deadline, idempotency_key, payload,
-              ordinal, concurrency)
+              ordinal, concurrency, dry_run)
     ORDER BY p.ordinal
 ), claimed AS (
     INSERT INTO run_keys (tenant, job, due_at, idempotency_key, run_id, created_at)
@@ -73,10 +74,10 @@ WITH clock AS (
     INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
                            retry_base, retry_max, timeout_seconds, due_at, ready_at,
                            start_deadline, idempotency_key, payload, created_at,
-                           updated_at, concurrency)
+                           updated_at, concurrency, dry_run)
     SELECT id, tenant, job, queue, priority, state, origin, max_attempts, retry_base,
            retry_max, timeout_seconds, due_at, ready_at, start_deadline, idempotency_key,
-           payload, now, now, concurrency
+           payload, now, now, concurrency, dry_run
     FROM admitted
     WHERE state <> 'skipped'
     ORDER BY ordinal
@@ -99,10 +100,19 @@ UNION ALL
 SELECT queue, state FROM skipped
 
 -- name: advance_definitions
--- $4: fire times a run_all catch-up dropped over its cap (NULL: keep the last report).
-UPDATE definitions AS d
-SET next_due_at = a.next_due_at,
-    missed_dropped = coalesce(a.dropped, d.missed_dropped)
-FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[])
-     AS a(tenant, name, next_due_at, dropped)
-WHERE d.tenant = a.tenant AND d.name = a.name
+-- $4: fire times a run_all catch-up dropped over its cap (NULL: keep the last report);
+-- $5: missed fire times caught up now (counted, for the operator's MissedRunsCaughtUp).
+-- Every job advanced is marked changed: its runs and its next run time moved (status).
+WITH advanced AS (
+    UPDATE definitions AS d
+    SET next_due_at = a.next_due_at,
+        missed_dropped = coalesce(a.dropped, d.missed_dropped),
+        missed_caught_up = d.missed_caught_up + a.caught_up
+    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::integer[])
+         AS a(tenant, name, next_due_at, dropped, caught_up)
+    WHERE d.tenant = a.tenant AND d.name = a.name
+    RETURNING d.tenant, d.name
+)
+INSERT INTO changed_jobs (tenant, job)
+SELECT tenant, name FROM advanced
+ON CONFLICT DO NOTHING

@@ -32,3 +32,7 @@ FROM (SELECT 1
       FROM live_runs
       WHERE tenant = $1 AND state IN ('scheduled', 'ready', 'retry_wait')
       LIMIT $2) AS pending
+
+-- name: async_commit
+-- Quota bookkeeping needs no durability: see quotas.take_enqueue_tokens.
+SET LOCAL synchronous_commit TO off

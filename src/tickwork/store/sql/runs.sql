@@ -4,7 +4,8 @@
 -- A run whose ready time has come is inserted `ready`, otherwise `scheduled`. A run
 -- with an idempotency key first claims the key in run_keys (which outlives the run);
 -- a second insert with the same key inserts nothing (the caller then reads the first
--- and compares $17, the request's fingerprint, with the one stored).
+-- and compares $17, the request's fingerprint, with the one stored). $18: the job is in
+-- dry-run mode.
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
 ), new AS (
@@ -16,27 +17,34 @@ WITH clock AS (
     WHERE $13::text IS NOT NULL
     ON CONFLICT DO NOTHING
     RETURNING run_id
+), inserted AS (
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           start_deadline, idempotency_key, payload, created_at,
+                           updated_at, concurrency, request_fingerprint, dry_run)
+    SELECT new.id, $1, $2, $3, $4,
+           CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
+           $5, $6, $7, $8, $9,
+           coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
+           clock.now, clock.now, $16, $17, $18
+    FROM new, clock
+    WHERE $13::text IS NULL OR EXISTS (SELECT 1 FROM claimed_key)
+    RETURNING *
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM inserted
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
-                       retry_base, retry_max, timeout_seconds, due_at, ready_at,
-                       start_deadline, idempotency_key, payload, created_at, updated_at,
-                       concurrency, request_fingerprint)
-SELECT new.id, $1, $2, $3, $4,
-       CASE WHEN coalesce($11, clock.now) <= clock.now THEN 'ready' ELSE 'scheduled' END,
-       $5, $6, $7, $8, $9,
-       coalesce($10, clock.now), coalesce($11, clock.now), $12, $13, $14::jsonb,
-       clock.now, clock.now, $16, $17
-FROM new, clock
-WHERE $13::text IS NULL OR EXISTS (SELECT 1 FROM claimed_key)
-RETURNING *
+SELECT * FROM inserted
 
 -- name: new_run_ids
 SELECT nextval('run_ids') AS id FROM generate_series(1, $1)
 
 -- name: insert_runs
 -- Many runs of one job in one statement ($1 the ids drawn by new_run_ids, $17 the
--- requests' fingerprints); like insert_run, a run whose idempotency key is taken is
--- left out.
+-- requests' fingerprints, $18 the job's dry-run mode); like insert_run, a run whose
+-- idempotency key is taken is left out.
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
 ), new AS (
@@ -56,23 +64,30 @@ WITH clock AS (
     ORDER BY id
     ON CONFLICT DO NOTHING
     RETURNING run_id
+), inserted AS (
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           idempotency_key, payload, created_at, updated_at, concurrency,
+                           request_fingerprint, dry_run)
+    SELECT new.id, new.tenant, new.job, new.queue, new.priority,
+           CASE WHEN coalesce(new.ready_at, clock.now) <= clock.now THEN 'ready'
+                ELSE 'scheduled' END,
+           new.origin, new.max_attempts, new.retry_base, new.retry_max,
+           new.timeout_seconds, coalesce(new.due_at, clock.now),
+           coalesce(new.ready_at, clock.now), new.idempotency_key, new.payload, clock.now,
+           clock.now, new.concurrency, new.request_fingerprint, $18::boolean
+    FROM new, clock
+    WHERE new.idempotency_key IS NULL
+       OR new.id IN (SELECT run_id FROM claimed_keys)
+    ORDER BY new.id
+    RETURNING *
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM inserted
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
-                       retry_base, retry_max, timeout_seconds, due_at, ready_at,
-                       idempotency_key, payload, created_at, updated_at, concurrency,
-                       request_fingerprint)
-SELECT new.id, new.tenant, new.job, new.queue, new.priority,
-       CASE WHEN coalesce(new.ready_at, clock.now) <= clock.now THEN 'ready'
-            ELSE 'scheduled' END,
-       new.origin, new.max_attempts, new.retry_base, new.retry_max, new.timeout_seconds,
-       coalesce(new.due_at, clock.now), coalesce(new.ready_at, clock.now),
-       new.idempotency_key, new.payload, clock.now, clock.now, new.concurrency,
-       new.request_fingerprint
-FROM new, clock
-WHERE new.idempotency_key IS NULL
-   OR new.id IN (SELECT run_id FROM claimed_keys)
-ORDER BY new.id
-RETURNING *
+SELECT * FROM inserted ORDER BY id
 
 -- name: run_by_key
 SELECT r.*
@@ -120,6 +135,11 @@ WITH clock AS (
     DELETE FROM live_runs
     WHERE id = $1 AND state IN ('scheduled', 'ready', 'retry_wait')
     RETURNING *
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM ended
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO finished_runs
 SELECT id, tenant, job, queue, priority, 'cancelled', origin, attempt, max_attempts,
@@ -199,3 +219,12 @@ FROM unnest($2::text[]) AS j(job)
 -- name: record_audit
 INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
 VALUES (coalesce($7::timestamptz, now()), $1, $2, $3, $4, $5, $6::jsonb)
+
+-- name: set_dry_run
+-- A job switched in or out of dry-run mode: its runs not leased yet follow (a leased
+-- run keeps the mode its handler was started in).
+UPDATE live_runs
+SET dry_run = $3
+WHERE tenant = $1 AND job = $2
+  AND state IN ('scheduled', 'ready', 'retry_wait')
+  AND dry_run <> $3

@@ -1,0 +1,552 @@
+"""Settings: what each role of tickwork can be told, one model per role, documented at
+the field.
+
+Every role (the worker SDK, ``tickwork scheduler``, ``tickwork dispatcher``,
+``tickwork operator``, ``tickwork migrate``, ``tickwork dev``) takes one frozen settings
+object. Each field
+carries its default, its bounds and, in the docstring under it, what it means: the
+command line builds its options from these fields (name, environment variable,
+default, bounds and help), and the tables of ``docs/configuration.md`` and
+``docs/workers.md`` are generated from them, so code, ``--help`` and documentation
+cannot disagree. Groups of settings used by several roles (the connection pools, the
+HTTP edge) are models of their own, nested under the role's model, as kopf groups its
+``OperatorSettings``.
+
+Protocol limits (what a client may send) are not settings: they live in ``limits``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.fields import FieldInfo
+
+from tickwork.core import fairness, limits
+from tickwork.core.shards import DEFAULT_SHARD_COUNT
+
+
+class Settings(BaseModel):
+    """Base of every settings model: immutable, unknown fields refused, and each
+    field's docstring kept as its description."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """Marks a setting the command line reads: ``flag`` (``--port``) and the
+    environment variable that stands in for it, or only a variable (secrets). ``path``
+    says a path names a file or a folder; ``exists`` that it must exist."""
+
+    flag: str | None = None
+    env: str | None = None
+    path: Literal["file", "dir"] | None = None
+    exists: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One field of a settings model, anywhere in its nesting."""
+
+    path: tuple[str, ...]  # ("database", "shards")
+    field: FieldInfo
+    option: Option | None
+
+    @property
+    def name(self) -> str:
+        """The dotted name the documentation uses: ``database.shards``."""
+        return ".".join(self.path)
+
+    @property
+    def parameter(self) -> str:
+        """The click parameter that carries it: ``database__shards``."""
+        return "__".join(self.path)
+
+    @property
+    def annotation(self) -> Any:
+        return self.field.annotation
+
+    @property
+    def required(self) -> bool:
+        return self.field.is_required()
+
+    @property
+    def default(self) -> Any:
+        return None if self.required else self.field.get_default(call_default_factory=True)
+
+    @property
+    def description(self) -> str:
+        return self.field.description or ""
+
+
+def settings_of(model: type[Settings], prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
+    """Every leaf field of ``model``, nested groups flattened, in declaration order."""
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, Settings):
+            yield from settings_of(group, path)
+            continue
+        option = next((m for m in field.metadata if isinstance(m, Option)), None)
+        yield Setting(path, field, option)
+
+
+# --- the database ---
+
+
+class PoolSettings(Settings):
+    """The connection pools of one process: one per shard. Every database call is
+    bounded, so a hung link costs a timely error (the API answers 503, loops back off)
+    rather than a hang. Opening the pools makes no connection: a role starts while its
+    database is down and connects once it is back."""
+
+    min_size: Annotated[int, Field(ge=0)] = 0
+    """Connections each shard's pool keeps open when idle."""
+
+    max_size: Annotated[int, Field(ge=1)] = 4
+    """Connections each shard's pool opens at most."""
+
+    command_timeout: Annotated[float, Field(gt=0)] = 10.0
+    """Seconds one statement may take; the longest healthy ones take milliseconds."""
+
+    acquire_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds to wait for a free pooled connection."""
+
+    connect_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds to open a new connection."""
+
+
+_DATABASE_URL_DOC: Final = (
+    "PostgreSQL URL: once for all shards (a schema each), or once per shard in shard "
+    "order (the variable: space-separated)."
+)
+
+
+class DatabaseSettings(Settings):
+    """Where the shards live: every server role has these."""
+
+    database_urls: Annotated[
+        tuple[str, ...],
+        Field(description=_DATABASE_URL_DOC),
+        Option("--database-url", env="TICKWORK_DATABASE_URL"),
+    ] = ()
+
+    shards: Annotated[int, Field(ge=1, le=4096), Option("--shards", env="TICKWORK_SHARDS")] = (
+        DEFAULT_SHARD_COUNT
+    )
+    """Number of shards S (fixed at install time)."""
+
+    pool: PoolSettings = PoolSettings()
+    """The connection pools."""
+
+
+class LogSettings(Settings):
+    """How a role logs (to stderr): every role has these."""
+
+    format: Annotated[
+        Literal["text", "json"], Option("--log-format", env="TICKWORK_LOG_FORMAT")
+    ] = "text"
+    """``text`` (time level logger [action] message) or ``json`` (one object a line:
+    time, level, logger, message and the call's fields, with the stable ``action``
+    key)."""
+
+    level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+        Option("--log-level", env="TICKWORK_LOG_LEVEL"),
+    ] = "INFO"
+    """Log level."""
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class MetricsSettings(Settings):
+    """Which jobs get series of their own in the per-job metrics."""
+
+    jobs: Annotated[tuple[str, ...], Option("--metrics-job", env="TICKWORK_METRICS_JOBS")] = ()
+    """A job (``tenant/name``; shell patterns such as ``payments/*``) with its own
+    series in the per-job metrics, repeatable (the variable: space-separated); at most
+    ``job_limit`` jobs, every other job counts under ``tickwork_job="_other"``."""
+
+    job_limit: Annotated[int, Field(ge=0)] = 200
+    """Jobs with series of their own at most, per process."""
+
+
+class KubernetesAuthSettings(Settings):
+    """``--auth kubernetes``: ServiceAccount tokens checked with TokenReview, each call
+    authorised with SubjectAccessReview on the ``tickwork.dev`` API group (namespace =
+    tenant)."""
+
+    cache_seconds: Annotated[
+        float, Field(ge=0), Option("--auth-cache-seconds", env="TICKWORK_AUTH_CACHE_SECONDS")
+    ] = 10.0
+    """Seconds a TokenReview or SubjectAccessReview answer is reused (a refusal: half as
+    long)."""
+
+    audiences: Annotated[
+        tuple[str, ...], Option("--auth-audience", env="TICKWORK_AUTH_AUDIENCE")
+    ] = ()
+    """An audience the ServiceAccount token must be issued for, repeatable (a projected
+    token with this audience cannot be replayed to the API server)."""
+
+    cache_size: Annotated[int, Field(ge=1)] = 10_000
+    """Answers each cache holds at most (least recently used go first)."""
+
+    timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    """Seconds one review may take before the call is refused with 503
+    auth-unavailable."""
+
+
+# --- the roles ---
+
+
+class MigrateSettings(Settings):
+    """``tickwork migrate``: create or upgrade the schema of every shard."""
+
+    database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""
+
+
+class SchedulerSettings(Settings):
+    """``tickwork scheduler``: materialise cron runs, flip due runs to ready, reap
+    expired leases, keep the attempt history's partitions."""
+
+    database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""
+
+    interval: Annotated[float, Field(gt=0), Option("--interval")] = 1.0
+    """Seconds between passes over each owned shard."""
+
+    batch: Annotated[int, Field(ge=1)] = 5000
+    """Rows one step of a pass (due flip, reaper) changes at most."""
+
+    retention_days: Annotated[int, Field(ge=1)] = 30
+    """Days of attempt history kept; older daily partitions are dropped."""
+
+    maintenance_interval: Annotated[float, Field(gt=0)] = 3600.0
+    """Seconds between partition maintenances of a shard."""
+
+    retry_base_seconds: Annotated[float, Field(ge=0)] = 0.25
+    """A shard that failed a pass is tried again after a backoff from this..."""
+
+    retry_max_seconds: Annotated[float, Field(ge=0)] = 5.0
+    """...doubling up to this."""
+
+    health_port: Annotated[
+        int, Field(ge=0, le=65535), Option("--health-port", env="TICKWORK_HEALTH_PORT")
+    ] = 0
+    """Port of ``/healthz``, ``/readyz`` (passes are being made) and ``/metrics`` (no
+    token: serve it on the pod network only); 0: none (the Helm chart uses 8081)."""
+
+    observe_interval: Annotated[float, Field(gt=0)] = 15.0
+    """Seconds between reads of an owned shard's backlog, dead runs and canary."""
+
+    metrics: MetricsSettings = MetricsSettings()
+    """Per-job metrics."""
+
+
+class EdgeSettings(Settings):
+    """What one API process accepts from the network (see ``docs/http-api.md``, the
+    HTTP edge)."""
+
+    max_header_bytes: Annotated[int, Field(ge=1024)] = limits.MAX_HEADER_BYTES
+    """Request line and headers together; more is answered 431."""
+
+    header_timeout_seconds: Annotated[float, Field(gt=0)] = limits.HEADER_READ_TIMEOUT_SECONDS
+    """From a connection's opening, or a request's first byte, to its last header;
+    later is answered 408."""
+
+    keep_alive_seconds: Annotated[int, Field(ge=1)] = 5
+    """An idle keep-alive connection is closed after this long."""
+
+    max_connections: Annotated[
+        int, Field(ge=1), Option("--max-connections", env="TICKWORK_MAX_CONNECTIONS")
+    ] = limits.MAX_CONNECTIONS
+    """Open HTTP connections this process accepts; over it: 503 server-busy."""
+
+    backlog: Annotated[int, Field(ge=1)] = 1024
+    """Connections the kernel queues before the process accepts them."""
+
+    linger_seconds: Annotated[float, Field(ge=0)] = 5.0
+    """After an answer given before its request arrived whole: how long the rest is
+    read (and thrown away) so the client can read the answer, before the close."""
+
+
+class ApiSettings(Settings):
+    """How the HTTP API serves its routes."""
+
+    max_body_bytes: Annotated[int, Field(ge=1)] = limits.MAX_BODY_BYTES
+    """A request body larger than this is refused (413)."""
+
+    long_poll_recheck_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """A long-poll looks at the database at least this often, in case a notification
+    was lost while a listening connection was being re-established."""
+
+    default_page_size: Annotated[int, Field(ge=1, le=limits.MAX_PAGE_SIZE)] = (
+        limits.DEFAULT_PAGE_SIZE
+    )
+    """``limit`` of a list call when not given."""
+
+    enqueue_rate: Annotated[
+        float, Field(gt=0), Option("--enqueue-rate", env="TICKWORK_ENQUEUE_RATE")
+    ] = 1000.0
+    """Enqueues per second per tenant, across every dispatcher (``enqueueRate`` per
+    tenant in the tokens file); over it: 429 quota-exceeded."""
+
+    enqueue_burst: Annotated[
+        float, Field(ge=1), Option("--enqueue-burst", env="TICKWORK_ENQUEUE_BURST")
+    ] = 5000.0
+    """Enqueues a tenant may make at once above the rate (``enqueueBurst`` per tenant in
+    the tokens file)."""
+
+    max_pending_runs: Annotated[
+        int, Field(ge=1), Option("--max-pending-runs", env="TICKWORK_MAX_PENDING_RUNS")
+    ] = 1_000_000
+    """Runs a tenant may have waiting (scheduled, ready, retry_wait); over it: 429
+    quota-exceeded. The tokens file may set ``maxPendingRuns`` per tenant."""
+
+    quota_overrides: Mapping[str, Mapping[str, int | float]] = Field(default_factory=dict)
+    """Per-tenant quotas (``enqueue_rate``, ``enqueue_burst``, ``max_pending_runs``), as
+    the tokens file gives them (``enqueueRate``, ...); not an option of its own."""
+
+    priority_weights: Annotated[
+        tuple[float, float, float],
+        Option("--priority-weights", env="TICKWORK_PRIORITY_WEIGHTS"),
+    ] = fairness.DEFAULT_WEIGHTS
+    """Shares of claims for critical/default/bulk when all have ready work (written
+    ``70/25/5``); an idle priority's share goes to the others."""
+
+    readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
+    """``/readyz`` answers within this many seconds even when a shard's link hangs."""
+
+    body_timeout_seconds: Annotated[float, Field(gt=0)] = limits.BODY_READ_TIMEOUT_SECONDS
+    """From a request's headers to the last byte of its body; later is answered 408."""
+
+    ui_secret: Annotated[
+        str | None, Field(min_length=32, repr=False), Option(env="TICKWORK_UI_SECRET")
+    ] = None
+    """The secret that seals dashboard session cookies: give every API replica the same
+    one (at least 32 characters; from the environment only, never a flag, since a
+    command line is visible to every user of the machine). Without it each process
+    draws its own, and a session lasts as long as the process that signed it."""
+
+    ui_session_seconds: Annotated[int, Field(ge=60)] = 8 * 3600
+    """How long a dashboard session lasts."""
+
+    ui_poll_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """How often an open dashboard page refreshes its live region."""
+
+    @field_validator("priority_weights", mode="before")
+    @classmethod
+    def _weights(cls, value: Any) -> Any:
+        return fairness.parse_weights(value) if isinstance(value, str) else value
+
+    def default_limits(self) -> TenantLimits:
+        """The quotas of a tenant the tokens file says nothing about."""
+        return TenantLimits(self.enqueue_rate, self.enqueue_burst, self.max_pending_runs)
+
+    def tenant_limits(self) -> dict[str, TenantLimits]:
+        """The quotas of the tenants the tokens file gives their own."""
+        defaults = self.default_limits()
+        return {
+            tenant: dataclasses.replace(defaults, **given)  # type: ignore[arg-type]
+            for tenant, given in self.quota_overrides.items()
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """One tenant's quotas."""
+
+    enqueue_rate: float = ApiSettings.model_fields["enqueue_rate"].default
+    enqueue_burst: float = ApiSettings.model_fields["enqueue_burst"].default
+    max_pending_runs: int = ApiSettings.model_fields["max_pending_runs"].default
+
+    def __post_init__(self) -> None:
+        if self.enqueue_rate <= 0 or self.enqueue_burst < 1 or self.max_pending_runs < 1:
+            raise ValueError("quotas need enqueueRate > 0, enqueueBurst >= 1, maxPendingRuns >= 1")
+
+
+class DispatcherSettings(Settings):
+    """``tickwork dispatcher``: the HTTP API (stateless; run as many as needed)."""
+
+    database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""
+
+    host: Annotated[str, Option("--host")] = "0.0.0.0"  # noqa: S104 - a server role
+    """Address to listen on."""
+
+    port: Annotated[int, Field(ge=0, le=65535), Option("--port")] = 8080
+    """Port to listen on (0: any free port)."""
+
+    tokens_file: Annotated[
+        Path | None, Option("--tokens", env="TICKWORK_TOKENS_FILE", path="file", exists=True)
+    ] = None
+    """YAML list of ``{token, tenant, role, queues}``, optionally with the tenant's
+    ``enqueueRate``, ``enqueueBurst``, ``maxPendingRuns``; with ``--auth kubernetes`` it
+    is asked first."""
+
+    auth: Annotated[
+        Literal["tokens", "kubernetes"] | None, Option("--auth", env="TICKWORK_AUTH")
+    ] = None
+    """``tokens``: the ``--tokens`` file decides. ``kubernetes``: ServiceAccount tokens
+    are checked with TokenReview and each call authorised with SubjectAccessReview on
+    the ``tickwork.dev`` API group (namespace = tenant). Default: ``kubernetes`` in a pod
+    without ``--tokens``, else ``tokens``."""
+
+    kubernetes: KubernetesAuthSettings = KubernetesAuthSettings()
+    """Kubernetes-native authentication."""
+
+    metrics: MetricsSettings = MetricsSettings()
+    """Per-job metrics."""
+
+    canary_interval: Annotated[float, Field(gt=0)] = 2.0
+    """Seconds between the dispatcher's rounds completing the shards' canary runs."""
+
+    api: ApiSettings = ApiSettings()
+    """How the routes are served."""
+
+    edge: EdgeSettings = EdgeSettings()
+    """What the process accepts from the network."""
+
+
+class WebhookSettings(Settings):
+    """The operator's admission webhook (Kopf serves it) and who keeps its
+    ``ValidatingWebhookConfiguration`` (``docs/kubernetes.md``, Admission)."""
+
+    port: Annotated[int | None, Field(ge=0, le=65535), Option("--webhook-port")] = 9443
+    """Port of the admission webhook; 0 turns the webhook off (embedded in a program,
+    ``None`` takes any free port)."""
+
+    bind: Annotated[str, Option("--webhook-bind")] = "0.0.0.0"  # noqa: S104 - from the API server
+    """Address the webhook listens on."""
+
+    host: Annotated[str | None, Option("--webhook-host")] = None
+    """Host name the API server reaches the webhook at, written into a managed
+    ``clientConfig.url`` (default: the bind address)."""
+
+    insecure: Annotated[bool, Option("--webhook-insecure")] = False
+    """Serve the webhook over plain HTTP (development and tests only)."""
+
+    manage: Annotated[bool, Option("--webhook-manage/--no-webhook-manage")] = True
+    """Create and update the ``ValidatingWebhookConfiguration`` (``clientConfig.url``);
+    ``--no-webhook-manage`` leaves it to the Helm chart (``clientConfig.service`` and
+    ``caBundle``)."""
+
+    cert_file: Annotated[Path | None, Option("--webhook-cert", path="file", exists=True)] = None
+    """PEM certificate of the webhook (with ``--webhook-key``); without both a
+    self-signed one is made."""
+
+    key_file: Annotated[Path | None, Option("--webhook-key", path="file", exists=True)] = None
+    """PEM private key of ``--webhook-cert``."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.port != 0
+
+
+class OperatorSettings(Settings):
+    """``tickwork operator``: reconcile ScheduledJob objects into the shards, keep their
+    status and Events, serve the admission webhook."""
+
+    database: DatabaseSettings = DatabaseSettings()
+    """Where the shards live."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""
+
+    namespaces: Annotated[tuple[str, ...], Option("--namespace")] = ()
+    """Serve the ScheduledJobs of this namespace (repeatable); the command needs it or
+    ``--all-namespaces`` (embedded in a program, none means every namespace)."""
+
+    all_namespaces: Annotated[bool, Option("--all-namespaces")] = False
+    """Serve the ScheduledJobs of every namespace."""
+
+    webhook: WebhookSettings = WebhookSettings()
+    """The admission webhook."""
+
+    status_interval: Annotated[float, Field(ge=0.1), Option("--status-interval")] = 10.0
+    """Seconds between status passes (the run-derived status of the jobs whose runs
+    changed)."""
+
+    health_port: Annotated[int | None, Field(ge=0, le=65535), Option("--health-port")] = 8081
+    """Port of ``/healthz`` (alive) and ``/readyz`` (watching, store reachable); 0: any
+    free port (embedded in a program, ``None`` serves none)."""
+
+    health_bind: str = "0.0.0.0"  # noqa: S104 - probed by the kubelet
+    """Address the health server listens on."""
+
+    kubeconfig: Annotated[
+        Path | None, Option("--kubeconfig", env="KUBECONFIG", path="file", exists=True)
+    ] = None
+    """kubeconfig file; without it ``~/.kube/config``, else the pod's service account."""
+
+    store_retry_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """While the store is down, an object's reconcile (and the resync at start) is
+    tried again after this long."""
+
+    readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
+    """``/readyz`` answers within this many seconds even when a shard's link hangs."""
+
+
+DEV_SHARD_COUNT: Final = 4
+
+
+class DevSettings(Settings):
+    """``tickwork dev``: every role in one process, on an embedded PostgreSQL unless
+    given a database."""
+
+    port: Annotated[int, Field(ge=0, le=65535), Option("--port")] = 8080
+    """API port (the API listens on 127.0.0.1)."""
+
+    shards: Annotated[int, Field(ge=1, le=64), Option("--shards", env="TICKWORK_SHARDS")] = (
+        DEV_SHARD_COUNT
+    )
+    """Number of shards (fixed when the data dir is first migrated)."""
+
+    data_dir: Annotated[Path, Option("--data-dir", path="dir")] = Path(".tickwork/dev")
+    """Where the embedded PostgreSQL keeps its data, and the generated admin token."""
+
+    database_urls: Annotated[
+        tuple[str, ...],
+        Field(
+            description="Use this PostgreSQL instead of the embedded one: once for all "
+            "shards, or once per shard (the variable: space-separated)."
+        ),
+        Option("--database-url", env="TICKWORK_DATABASE_URL"),
+    ] = ()
+
+    manifest_dir: Annotated[Path | None, Option("--manifests", path="dir", exists=True)] = None
+    """Folder of ScheduledJob YAML (reloaded on change)."""
+
+    tokens_file: Annotated[
+        Path | None, Option("--tokens", env="TICKWORK_TOKENS_FILE", path="file", exists=True)
+    ] = None
+    """Tokens file; without it an admin token is generated once and kept in the data
+    dir."""
+
+    demo_worker: Annotated[bool, Option("--demo-worker")] = False
+    """Also run the demo worker for the example jobs (with a worker token of its own),
+    and enqueue one run of each job at start."""
+
+    api: ApiSettings = ApiSettings()
+    """How the routes are served."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""

@@ -1,0 +1,101 @@
+"""``tickwork operator`` as a process: the contract's flags, the kubeconfig from
+KUBECONFIG, /healthz and /readyz, a ScheduledJob reconciled, a clean SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from kube import emulator
+from test_dev import WAIT, tickwork
+
+from tickwork.cli import cli
+from tickwork.core.settings import OperatorSettings, WebhookSettings
+from tickwork.engine.jobs import Jobs
+from tickwork.operator.cluster import Cluster, ClusterError
+from tickwork.operator.runtime import Operator
+from tickwork.store.database import Database
+
+from .conftest import example, observed
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_the_operator_serves_probes_reconciles_and_stops_on_sigterm(
+    cluster_kube: emulator.Emulator, database_url: str
+) -> None:
+    webhook_port = free_port()
+    command = (
+        *("operator", "--database-url", database_url, "--shards", "4"),
+        *("--namespace", "default", "--namespace", "team-a"),
+        *("--webhook-port", str(webhook_port), "--webhook-bind", "127.0.0.1"),
+        *("--webhook-host", "127.0.0.1", "--webhook-insecure"),
+        *("--status-interval", "1", "--health-port", "0"),
+    )
+    env = {"KUBECONFIG": str(cluster_kube.kubeconfig)}
+    async with tickwork(*command, env=env) as operator:
+        health = (await operator.expect(r"health on (http://\S+)/healthz")).group(1)
+        await operator.expect(r"watching ScheduledJobs")
+        async with httpx.AsyncClient(base_url=health, timeout=WAIT) as http:
+            assert (await http.get("/healthz")).json() == {"status": "ok"}
+            ready = await http.get("/readyz")
+            assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+        configuration = await cluster_kube.wait_for(
+            "validatingwebhookconfigurations",
+            "scheduledjobs.tickwork.dev",
+            lambda o: o is not None,
+            timeout=WAIT,
+        )
+        assert configuration is not None
+        assert configuration["webhooks"][0]["clientConfig"]["url"] == (
+            f"http://127.0.0.1:{webhook_port}/validate"
+        )
+        await cluster_kube.create(example("hello"), admit=True)
+        await cluster_kube.wait_for("sj", "hello", observed(1), namespace="default", timeout=WAIT)
+
+        operator.process.send_signal(signal.SIGTERM)
+        assert await operator.process.wait() == 0
+    assert "Traceback" not in operator.output, operator.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "give --namespace NS (repeatable) or --all-namespaces"),
+        (("--namespace", "a", "--all-namespaces"), "or --all-namespaces"),
+        (("--all-namespaces", "--webhook-cert", "pyproject.toml"), "go together"),
+    ],
+    ids=["no-scope", "both-scopes", "cert-without-key"],
+)
+def test_bad_flags_are_one_clear_line(args: tuple[str, ...], message: str) -> None:
+    result = CliRunner().invoke(cli, ["operator", "--database-url", "postgresql:///x", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+async def test_without_the_crd_the_operator_says_what_to_install(
+    kube: emulator.Emulator, database: Database
+) -> None:
+    assert kube.kubeconfig is not None
+    cluster = await Cluster.connect(str(kube.kubeconfig))
+    try:
+        operator = Operator(
+            Jobs(database),
+            cluster,
+            OperatorSettings(webhook=WebhookSettings(port=0), health_port=None),
+        )
+        with pytest.raises(ClusterError, match=r"install the CRD first \(kubectl apply -f crds/"):
+            await operator.run(asyncio.Event())
+    finally:
+        await cluster.close()
