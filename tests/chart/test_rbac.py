@@ -4,6 +4,8 @@ granted by the chart, with nothing granted that no call needed."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -62,3 +64,109 @@ async def test_the_dispatcher_is_granted_what_kubernetes_auth_calls(
         assert not rbac.unused(needed, given), f"{values}: granted but never used"
     # With the tokens file only, the dispatcher calls nothing and is granted nothing.
     assert not rbac.granted(rendered("namespaced"), name("dispatcher"))
+
+
+OPERATOR_TOKEN = "sa-token-of-the-operator-0123456789"
+
+
+async def test_the_operator_is_granted_what_it_calls(
+    kube: Emulator, database: Database, tmp_path: Path
+) -> None:
+    """The operator as the chart runs it (namespaced here; the webhook served, its
+    configuration kept by the chart): start and resync, create, update, status passes,
+    an invalid object, delete."""
+    import asyncio
+
+    import kopf
+
+    from tickwork.core.settings import OperatorSettings, WebhookSettings
+    from tickwork.engine.jobs import Jobs
+    from tickwork.operator import crd
+    from tickwork.operator.cluster import Cluster
+    from tickwork.operator.runtime import Operator
+
+    await kube.create(crd.definition())
+    for namespace in ("team-a", "team-b"):
+        await kube.create_namespace(namespace)
+    account = User.service_account(NAMESPACE, name("operator"))
+    kube.tokens[OPERATOR_TOKEN] = account
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=OPERATOR_TOKEN)
+
+    def quick(settings: kopf.OperatorSettings) -> None:
+        settings.networking.request_timeout = 5
+        settings.watching.connect_timeout = 2
+        settings.watching.server_timeout = 30
+
+    settings = OperatorSettings(
+        namespaces=("team-a", "team-b"),
+        webhook=WebhookSettings(port=None, bind="127.0.0.1", insecure=True, manage=False),
+        status_interval=0.2,
+        health_port=0,
+        health_bind="127.0.0.1",
+    )
+    job = {
+        "apiVersion": "tickwork.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "nightly", "namespace": "team-a"},
+        "spec": {"schedule": {"cron": "0 3 * * *"}},
+    }
+
+    def ready(obj: dict | None) -> bool:  # type: ignore[type-arg]
+        conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    @contextlib.asynccontextmanager
+    async def operating() -> AsyncIterator[None]:
+        cluster = await Cluster.connect(str(kubeconfig))
+        operator = Operator(Jobs(database), cluster, settings, tune=quick)
+        stop = asyncio.Event()
+        running = asyncio.create_task(operator.run(stop))
+        try:
+            async with asyncio.timeout(10):
+                await operator.ready.wait()
+            yield
+        finally:
+            stop.set()
+            async with asyncio.timeout(15):
+                await running
+            await cluster.close()
+
+    async with operating():
+        await kube.create(job, admit=False)
+        await kube.wait_for("sj", "nightly", ready, namespace="team-a", timeout=10)
+        await kube.patch("sj", "nightly", {"spec": {"paused": True}}, namespace="team-a")
+        await kube.wait_for(
+            "sj",
+            "nightly",
+            lambda o: bool(o and (o.get("status") or {}).get("observedGeneration") == 2),
+            namespace="team-a",
+            timeout=10,
+        )
+        bad = {**job, "metadata": {"name": "broken", "namespace": "team-b"}}
+        bad["spec"] = {"schedule": {"cron": "61 * * * *"}}
+        await kube.create(bad, admit=False)
+        await kube.wait_until(
+            lambda: any(e["reason"] == "InvalidSpec" for e in kube.objects("events", "team-b")),
+            timeout=10,
+        )
+        await kube.delete("sj", "broken", namespace="team-b")
+        await kube.wait_for("sj", "broken", lambda o: o is None, namespace="team-b", timeout=10)
+    # Deleted while no operator ran (its finalizer stripped by hand): the next one's
+    # resync asks for the object before removing the definition.
+    await kube.patch("sj", "nightly", {"metadata": {"finalizers": None}}, namespace="team-a")
+    await kube.delete("sj", "nightly", namespace="team-a")
+    async with operating():
+        # A read changes nothing stored, so nothing wakes a waiter: look every 20 ms.
+        async with asyncio.timeout(10):
+            while not kube.count("get", "scheduledjobs", namespace="team-a", name="nightly"):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+
+    needed = rbac.used(kube.audit, account.username)
+    assert needed, "the operator made no call as its ServiceAccount"
+    namespaced = rbac.granted(rendered("namespaced"), name("operator"))
+    assert not rbac.covered(needed, namespaced), "namespaced: missing"
+    assert not rbac.unused(needed, namespaced), "namespaced: granted but never used"
+    # Watching every namespace: the same rules, cluster-wide.
+    clusterwide = rbac.granted(rendered("minimal"), name("operator"))
+    assert {p[:3] for p in clusterwide} == {p[:3] for p in namespaced}
+    assert {p[3] for p in clusterwide} == {""}

@@ -302,3 +302,22 @@ def test_team_roles_grant_lease_on_their_queues() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "exporter", "namespace": "team-b"}
     ]
+
+
+def test_the_webhook_configuration_is_the_operators() -> None:
+    """What the chart keeps (with --no-webhook-manage) is what the operator would have
+    written itself, but for how the API server reaches it (a Service and its CA)."""
+    from tickwork.operator import admission
+
+    for values, namespaces in (("minimal", ()), ("namespaced", ("team-a", "team-b"))):
+        chart_config = rendered(values).one(
+            "ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev"
+        )
+        [ours] = chart_config["webhooks"]
+        client = dict(ours["clientConfig"])
+        client.pop("caBundle", None)
+        service = {k: v for k, v in client["service"].items() if k != "path"}
+        expected = admission.configuration({"service": service}, namespaces)
+        [theirs] = expected["webhooks"]
+        assert {**ours, "clientConfig": client} == theirs
+        assert chart_config["metadata"]["name"] == expected["metadata"]["name"]
