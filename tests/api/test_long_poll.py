@@ -73,7 +73,9 @@ async def test_a_waiting_lease_returns_as_soon_as_a_run_is_enqueued(
             answered, leases = await asyncio.wait_for(polling, 6)
     assert [item["runId"] for item in leases] == [response.json()["runId"]]
     assert leases[0]["payload"] == {"n": 1}
-    assert answered - enqueued < 0.1, f"lease answered {answered - enqueued:.3f}s after enqueue"
+    # Woken by the notification, not by the 5 s recheck; the margin is for a busy machine
+    # (the wake-up's latency is measured in make bench, not here).
+    assert answered - enqueued < 0.5, f"lease answered {answered - enqueued:.3f}s after enqueue"
     assert answered - started < 5
 
 

@@ -8,6 +8,8 @@ import httpx
 from conftest import ADMIN_TOKEN, OTHER_TEAM_TOKEN, TEAM_TOKEN, WORKER_TOKEN
 
 from tickwork.api.ui import sessions
+from tickwork.core.records import Manager
+from tickwork.core.spec import JobSpec
 from tickwork.engine import audit
 
 from .conftest import UiServer, csrf_of, dead_run, enqueue, make_job, signed_in
@@ -313,3 +315,33 @@ async def test_a_large_payload_is_shown_cut_and_downloads_whole(dashboard: UiSer
         whole = await client.get(f"/ui/runs/{run.run_id}/payload")
         assert whole.headers["content-disposition"].startswith("attachment")
         assert whole.json() == payload
+
+
+async def test_declared_jobs_say_where_they_are_kept_and_refuse_a_pause(
+    dashboard: UiServer,
+) -> None:
+    spec = JobSpec.model_validate({"queue": "default", "retry": {"maxAttempts": 1}})
+    await dashboard.jobs.put("acme", "from-cluster", spec, "operator", manager=Manager.kubernetes)
+    await dashboard.jobs.put("acme", "from-file", spec, "dev", manager=Manager.manifests)
+    await make_job(dashboard, "acme", "from-api")
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        table = (await client.get("/ui/jobs")).text
+        managed = dict(
+            re.findall(
+                r'href="/ui/jobs/([\w-]+)".*?data-label="Managed by">(.*?)</td>', table, re.S
+            )
+        )
+        assert "Kubernetes" in managed["from-cluster"]
+        assert "manifest" in managed["from-file"] and "Kubernetes" not in managed["from-file"]
+        assert "API" in managed["from-api"]
+        page = await client.get("/ui/jobs/from-cluster")
+        assert "managed by Kubernetes" in page.text
+        answer = await client.post(
+            "/ui/jobs/from-cluster/pause",
+            data={"csrf": csrf_of(page.text), "next": "/ui/jobs/from-cluster"},
+        )
+        assert answer.status_code == 303
+        shown = await client.get(answer.headers["location"])
+        assert "is defined by a ScheduledJob" in shown.text
+    job = await dashboard.jobs.get("acme", "from-cluster")
+    assert not job.definition.spec.paused
