@@ -56,8 +56,9 @@ async def test_one_canary_per_shard_and_minute_completed_by_a_dispatcher(
 ) -> None:
     await scheduler.pass_once()
     await scheduler.pass_once()  # the same minute: nothing new
-    # A second replica that takes the shards over in the same minute makes none either.
-    twin = Scheduler(database, clock=clock, metrics=Metrics(), observer=ShardObserver(Metrics()))
+    # A replica that takes the shards over in the same minute makes none either; it
+    # reports from then on (the first one is deposed by the takeover).
+    twin = Scheduler(database, clock=clock, metrics=metrics, observer=ShardObserver(metrics))
     await twin.pass_once()
     dispatcher = Dispatcher(database, clock)
     granted = await dispatcher.lease(
@@ -70,7 +71,7 @@ async def test_one_canary_per_shard_and_minute_completed_by_a_dispatcher(
     clock.advance(3)
     assert await canary.complete_ready(dispatcher, "canary") == database.shard_count
     clock.advance(60)
-    await scheduler.pass_once()
+    await twin.pass_once()
     for shard in range(database.shard_count):
         assert sample(metrics, "tickwork_canary_missed", shard=str(shard)) == 0
         assert sample(metrics, "tickwork_canary_lag_seconds", shard=str(shard)) == 3
@@ -246,7 +247,7 @@ def test_json_logs_carry_the_action_key(monkeypatch: pytest.MonkeyPatch) -> None
 
     try:
         with pytest.raises(SystemExit) as ended:
-            role.main(["--log-format", "json", "--log-level", "warning"])
+            role.main(["--log-format", "json", "--log-level", "WARNING"])
         assert ended.value.code == 0
     finally:
         root.handlers[:], level = saved
