@@ -34,7 +34,7 @@ from bench import Context, Row, Table, register
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec, MissedRunPolicy, Schedule
 from tickwork.engine import materialiser
-from tickwork.store import database, leases
+from tickwork.store import database, sweeps
 
 SHARDS = 4
 DUE_DEFINITIONS = 100_000
@@ -137,7 +137,7 @@ async def materialise_fleet(context: Context) -> list[Table]:
         while ready < count:
             clock += timedelta(seconds=1)
             for conn in conns:
-                ready += (await leases.promote_due(conn, 5000, clock)).ready
+                ready += (await sweeps.promote_due(conn, 5000, clock)).ready
             if ready and first_ready is None:
                 first_ready = clock
             if clock > DUE + timedelta(hours=1):

@@ -14,13 +14,19 @@ import signal
 import socket
 import stat
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import scratch_database
+from conftest import TEST_SHARDS, scratch_database
+from faults.conftest import eventually
+
+from tickwork.core.shards import ShardMap
+from tickwork.store import shard_leases
+from tickwork.store.database import Database
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -188,3 +194,38 @@ async def test_a_port_in_use_is_one_line_and_exit_status_1(
         output = (await cmd.process.stdout.read()).decode()
     assert status == 1
     assert output == f"tickwork {role}: port {taken_port} is in use; pass --port\n"
+
+
+async def lease_holders(database_url: str) -> Counter[str | None]:
+    """How many shards each holder's lease has (the postgres coordination backend)."""
+    async with Database(ShardMap.from_dsns([database_url], TEST_SHARDS)) as database:
+        holders: Counter[str | None] = Counter()
+        for shard in range(TEST_SHARDS):
+            async with database.connection(shard) as conn:
+                holders[(await shard_leases.read(conn)).holder] += 1
+        return holders
+
+
+async def test_two_dev_processes_on_one_database_share_the_shards(
+    database_url: str, tmp_path: Path
+) -> None:
+    async def split(expected: list[int]) -> None:
+        async def held() -> bool:
+            holders = await lease_holders(database_url)
+            return None not in holders and sorted(holders.values()) == expected
+
+        await eventually(held, within=WAIT, every=0.05, what=f"the shards split {expected}")
+
+    command = ("dev", "--port", "0", "--database-url", database_url)
+    async with (
+        tickwork(*command, "--data-dir", str(tmp_path / "one")) as one,
+        tickwork(*command, "--data-dir", str(tmp_path / "two")) as two,
+    ):
+        await one.expect(r"^  API +(\S+)$")
+        await two.expect(r"^  API +(\S+)$")
+        await split([2, 2])  # ceil(4 shards / 2 processes) each
+        assert await one.interrupt() == 0  # its leases released: the other takes them
+        await split([4])
+        assert await two.interrupt() == 0
+    assert await lease_holders(database_url) == Counter({None: TEST_SHARDS})
+    assert not unexpected(one.lines + two.lines), one.output + two.output

@@ -29,7 +29,7 @@ from tickwork.core.records import Completed, Extended, Lease, NewRun, Origin, Ou
 from tickwork.core.spec import JobSpec, Priority, Retry
 from tickwork.engine.dispatch import CompleteItem, Dispatcher, HeartbeatItem
 from tickwork.engine.jobs import Change, EnqueueRequest, Jobs, JobView
-from tickwork.store import audit, dlq, leases, runs
+from tickwork.store import audit, dlq, runs, sweeps
 from tickwork.store.database import Database
 
 TENANT = "acme"
@@ -119,26 +119,26 @@ async def heartbeat(
     return result
 
 
-async def promote(database: Database, clock: FrozenClock) -> leases.Promoted:
+async def promote(database: Database, clock: FrozenClock) -> sweeps.Promoted:
     ready = skipped = 0
     for shard in range(database.shard_count):
         async with database.connection(shard) as conn:
-            done = await leases.promote_due(conn, now=clock.now())
+            done = await sweeps.promote_due(conn, now=clock.now())
         ready, skipped = ready + done.ready, skipped + done.skipped
-    return leases.Promoted(ready, skipped)
+    return sweeps.Promoted(ready, skipped)
 
 
-async def reap(database: Database, clock: FrozenClock) -> leases.Reaped:
+async def reap(database: Database, clock: FrozenClock) -> sweeps.Reaped:
     retried = dead = cancelled = 0
     for shard in range(database.shard_count):
         async with database.connection(shard) as conn:
-            done = await leases.reap(conn, now=clock.now(), rng=TopOfWindow())
+            done = await sweeps.reap(conn, now=clock.now(), rng=TopOfWindow())
         retried, dead, cancelled = (
             retried + done.retried,
             dead + done.dead,
             cancelled + done.cancelled,
         )
-    return leases.Reaped(retried, dead, cancelled)
+    return sweeps.Reaped(retried, dead, cancelled)
 
 
 @dataclass(frozen=True)
@@ -274,12 +274,12 @@ async def test_scheduled_run_becomes_ready_when_due_and_not_before(
     await new_job(jobs)
     run = await enqueue(jobs, delay_seconds=60)
     clock.advance(59)
-    assert await promote(database, clock) == leases.Promoted(0, 0)
+    assert await promote(database, clock) == sweeps.Promoted(0, 0)
     assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
     assert (await state_of(jobs, run.run_id)).state is State.scheduled
 
     clock.advance(1)
-    assert await promote(database, clock) == leases.Promoted(ready=1, skipped=0)
+    assert await promote(database, clock) == sweeps.Promoted(ready=1, skipped=0)
     assert (await state_of(jobs, run.run_id)).state is State.ready
     assert (await lease_one(dispatcher)).run_id == run.run_id
 
@@ -370,7 +370,7 @@ async def test_failed_attempt_waits_for_its_backoff_then_retries(
     assert current.finished_at is None
 
     clock.set(result.next_attempt_at)
-    assert await promote(database, clock) == leases.Promoted(ready=1, skipped=0)
+    assert await promote(database, clock) == sweeps.Promoted(ready=1, skipped=0)
     assert (await state_of(jobs, run.run_id)).state is State.ready
     second = await lease_one(dispatcher)
     assert second.attempt == 2
@@ -392,10 +392,10 @@ async def test_retry_wait_is_not_ready_before_its_time(
         result = await complete(dispatcher, lease, Outcome.failed)
         assert result == Completed(lease.id, State.retry_wait, at(clock, wait))
         clock.advance(wait - 0.001)
-        assert await promote(database, clock) == leases.Promoted(0, 0)
+        assert await promote(database, clock) == sweeps.Promoted(0, 0)
         assert await dispatcher.lease(QUEUES, limit=1, worker_id="w1", lease_seconds=30) == []
         clock.advance(0.001)
-        assert await promote(database, clock) == leases.Promoted(1, 0)
+        assert await promote(database, clock) == sweeps.Promoted(1, 0)
     last = await lease_one(dispatcher)
     assert await complete(dispatcher, last, Outcome.failed) == Completed(last.id, State.dead, None)
     assert (await state_of(jobs, run.run_id)).attempt == 5
@@ -428,7 +428,7 @@ async def test_run_is_dead_when_attempts_are_exhausted(
         dead = await dlq.list_dead(conn, shard, TENANT, "job", None, 10)
     assert [d.run_id for d in dead] == [run.run_id]
     assert dead[0].last_error["message"] == "still down"
-    assert await promote(database, clock) == leases.Promoted(0, 0)
+    assert await promote(database, clock) == sweeps.Promoted(0, 0)
     assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
     assert (await jobs.get(TENANT, "job")).summary.dead == 1
 
@@ -461,7 +461,7 @@ async def test_expired_lease_is_reaped_to_retry_wait(
     assert (await state_of(jobs, run.run_id)).state is State.leased
 
     clock.advance(0.1)
-    assert await reap(database, clock) == leases.Reaped(retried=1, dead=0, cancelled=0)
+    assert await reap(database, clock) == sweeps.Reaped(retried=1, dead=0, cancelled=0)
     current, history = await jobs.run(run.run_id)
     assert current.state is State.retry_wait
     assert current.ready_at == at(clock, 10)
@@ -482,7 +482,7 @@ async def test_expired_lease_with_no_attempts_left_is_dead(
     run = await enqueue(jobs)
     await lease_one(dispatcher, seconds=30)
     clock.advance(31)
-    assert await reap(database, clock) == leases.Reaped(retried=0, dead=1, cancelled=0)
+    assert await reap(database, clock) == sweeps.Reaped(retried=0, dead=1, cancelled=0)
     current = await state_of(jobs, run.run_id)
     assert current.state is State.dead
     assert current.last_error["reason"] == "lease-expired"
@@ -556,7 +556,7 @@ async def test_cancel_a_pending_run(
     assert ("cancel", ACTOR) in await audit_actions(jobs, database)
     # Nothing brings it back.
     clock.advance(3600)
-    assert await promote(database, clock) == leases.Promoted(0, 0)
+    assert await promote(database, clock) == sweeps.Promoted(0, 0)
     assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
     # Cancelling again answers the cancelled run and records nothing new.
     before = await snapshot(database, run.run_id)
@@ -593,7 +593,7 @@ async def test_reaping_a_cancel_requested_lease_cancels_it(
     await lease_one(dispatcher, seconds=30)
     await jobs.cancel(run.run_id, ACTOR)
     clock.advance(31)
-    assert await reap(database, clock) == leases.Reaped(retried=0, dead=0, cancelled=1)
+    assert await reap(database, clock) == sweeps.Reaped(retried=0, dead=0, cancelled=1)
     assert (await state_of(jobs, run.run_id)).state is State.cancelled
 
 
@@ -782,7 +782,7 @@ async def test_a_run_due_past_its_starting_deadline_is_skipped(
     run = await insert_with_deadline(jobs, database, clock, ready_in=60, deadline_in=120)
     assert run.state is State.scheduled
     clock.advance(121)  # the scheduler was down until after the deadline
-    assert await promote(database, clock) == leases.Promoted(ready=0, skipped=1)
+    assert await promote(database, clock) == sweeps.Promoted(ready=0, skipped=1)
     current = await state_of(jobs, run.run_id)
     assert current.state is State.skipped and current.state.terminal
     assert current.finished_at == clock.now()
@@ -796,9 +796,9 @@ async def test_a_ready_run_nobody_leased_before_its_deadline_is_skipped(
     run = await insert_with_deadline(jobs, database, clock, ready_in=0, deadline_in=30)
     assert run.state is State.ready
     clock.advance(30)
-    assert await promote(database, clock) == leases.Promoted(0, 0)  # not past it yet
+    assert await promote(database, clock) == sweeps.Promoted(0, 0)  # not past it yet
     clock.advance(1)
-    assert await promote(database, clock) == leases.Promoted(ready=0, skipped=1)
+    assert await promote(database, clock) == sweeps.Promoted(ready=0, skipped=1)
     assert (await state_of(jobs, run.run_id)).state is State.skipped
     assert await dispatcher.lease(QUEUES, limit=10, worker_id="w1", lease_seconds=30) == []
 
@@ -809,12 +809,12 @@ async def test_a_run_started_in_time_is_never_skipped(
     await new_job(jobs)
     run = await insert_with_deadline(jobs, database, clock, ready_in=10, deadline_in=60)
     clock.advance(10)
-    assert await promote(database, clock) == leases.Promoted(ready=1, skipped=0)
+    assert await promote(database, clock) == sweeps.Promoted(ready=1, skipped=0)
     lease = await lease_one(dispatcher)
     # Its retry comes after the deadline: a retry is not a late start.
     await complete(dispatcher, lease, Outcome.failed)
     clock.advance(120)
-    assert await promote(database, clock) == leases.Promoted(ready=1, skipped=0)
+    assert await promote(database, clock) == sweeps.Promoted(ready=1, skipped=0)
     retry = await lease_one(dispatcher)
     assert retry.attempt == 2
     assert await complete(dispatcher, retry) == Completed(retry.id, State.succeeded, None)
@@ -1019,7 +1019,7 @@ async def test_loops_leave_other_states_alone(
     before = [await snapshot(database, r.run_id) for r in everything]
 
     clock.advance(60)
-    assert await promote(database, clock) == leases.Promoted(0, 0)
+    assert await promote(database, clock) == sweeps.Promoted(0, 0)
     assert (await reap(database, clock)).total == 0
     assert await dispatcher.lease(QUEUES, limit=100, worker_id="w9", lease_seconds=30) == []
     assert [await snapshot(database, r.run_id) for r in everything] == before

@@ -74,8 +74,10 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "finished_runs_default",
         "live_runs",
         "run_keys",
+        "scheduler_members",
         "schema_version",
         "shard_epoch",
+        "shard_lease",
         "shard_meta",
     }
     assert set(VIEW.findall(canonical)) == {"runs"}

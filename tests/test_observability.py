@@ -1,5 +1,5 @@
 """What the scheduler reports about its shards (the canary, the ready backlog, dead runs
-and lease expiries per job, with bounded labels), the scheduler's health port, and the
+and lease expiries per job, with bounded labels), and the
 JSON log format."""
 
 from __future__ import annotations
@@ -11,12 +11,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
-import httpx
 import pydantic
 import pytest
 
-from tickwork.api import server
-from tickwork.cli import health, options
+from tickwork.cli import options
 from tickwork.core.clock import FrozenClock
 from tickwork.core.records import Outcome, State
 from tickwork.core.settings import LogSettings, Settings
@@ -204,28 +202,6 @@ def test_job_labels_are_bounded() -> None:
     ]
     assert labels("a", "1") == "a/1"  # a chosen job keeps its series
     assert JobLabels()("a", "1") == "_other"  # nobody opted in: one series in all
-
-
-async def test_the_scheduler_health_port() -> None:
-    metrics = Metrics()
-    metrics.canaries.labels("0").inc()
-    passes = [0]
-    ticks = [100.0]
-    progress = health.Progress(lambda: passes[0], 30, clock=lambda: ticks[0])
-    listener = server.listen("127.0.0.1", 0)
-    host, port = listener.getsockname()[:2]
-    async with (
-        health.serving(listener, metrics, progress),
-        httpx.AsyncClient(base_url=f"http://{host}:{port}") as client,
-    ):
-        assert (await client.get("/healthz")).status_code == 200
-        assert (await client.get("/readyz")).status_code == 503  # no pass yet
-        passes[0] = 1
-        assert (await client.get("/readyz")).status_code == 200
-        ticks[0] += 31  # no pass for longer than allowed
-        assert (await client.get("/readyz")).status_code == 503
-        text = (await client.get("/metrics")).text
-        assert 'tickwork_canary_runs_total{shard="0"} 1.0' in text
 
 
 def test_json_logs_carry_the_action_key(monkeypatch: pytest.MonkeyPatch) -> None:

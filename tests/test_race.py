@@ -36,7 +36,7 @@ from tickwork.core.records import (
 from tickwork.core.shards import ShardMap
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
 from tickwork.store import database as db
-from tickwork.store import leases, runs
+from tickwork.store import leases, runs, sweeps
 from tickwork.store.database import Database, PoolSettings
 
 QUEUES = ["default"]
@@ -163,7 +163,7 @@ async def test_drain_5000_runs_on_one_shard_with_8_claimers(shard_map: ShardMap)
         conn = await db.connect(shard)
         try:
             while not done.is_set():
-                if (await leases.promote_due(conn)).ready == 0:
+                if (await sweeps.promote_due(conn)).ready == 0:
                     await asyncio.sleep(0.005)
         finally:
             await conn.close()
@@ -246,7 +246,7 @@ async def test_drain_every_shard_through_separate_dispatchers(shard_map: ShardMa
             while not done.is_set():
                 promoted = 0
                 for conn in conns:
-                    promoted += (await leases.promote_due(conn)).ready
+                    promoted += (await sweeps.promote_due(conn)).ready
                 if not promoted:
                     await asyncio.sleep(0.005)
         finally:
@@ -282,9 +282,9 @@ async def test_slow_worker_loses_its_lease_to_the_next_holder(shard_map: ShardMa
         assert isinstance(beat, Extended) and beat.lease_expires_at == later(50)
 
         # The slow worker goes quiet; its lease expires and goes to someone else.
-        assert (await leases.reap(scheduler, now=later(49))).total == 0
-        assert (await leases.reap(scheduler, now=later(50))).retried == 1
-        assert (await leases.promote_due(scheduler, now=later(50))).ready == 1
+        assert (await sweeps.reap(scheduler, now=later(49))).total == 0
+        assert (await sweeps.reap(scheduler, now=later(50))).retried == 1
+        assert (await sweeps.promote_due(scheduler, now=later(50))).ready == 1
         [new] = await leases.claim(fast, 1, QUEUES, 1, "fast", 30, now=later(51))
         assert new.id == old.id
         assert new.attempt == 2 and new.fencing_token > old.fencing_token
@@ -353,7 +353,7 @@ async def test_reaper_first_then_completion_is_stale(shard_map: ShardMap, outcom
         [lease] = await leased_runs(worker, 2, 1)
         holding = reaper.transaction()
         await holding.start()
-        assert (await leases.reap(reaper, now=later(60))).retried == 1
+        assert (await sweeps.reap(reaper, now=later(60))).retried == 1
         completing = asyncio.create_task(
             leases.complete(
                 worker, 2, [Completion(lease.id, lease.fencing_token, outcome)], later(60)
@@ -386,9 +386,9 @@ async def test_completion_first_then_the_reaper_skips_it(
         )
         assert isinstance(answer, Completed)
         # The reaper does not wait for the worker's lock, and takes nothing.
-        assert (await asyncio.wait_for(leases.reap(reaper, now=later(60)), 5)).total == 0
+        assert (await asyncio.wait_for(sweeps.reap(reaper, now=later(60)), 5)).total == 0
         await holding.commit()
-        assert (await leases.reap(reaper, now=later(61))).total == 0
+        assert (await sweeps.reap(reaper, now=later(61))).total == 0
         row, history = await snapshot(observer, lease.id)
         assert row["state"] == answer.state.value
         assert [h["outcome"] for h in history] == [outcome.value]
@@ -433,7 +433,7 @@ async def test_completions_racing_the_reaper_have_exactly_one_winner(
         conn = await db.connect(shard)
         try:
             while True:
-                done = await leases.reap(conn, limit=5, now=later(60))
+                done = await sweeps.reap(conn, limit=5, now=later(60))
                 reaped += done.total
                 if done.total == 0 and len(answers) == count:
                     return

@@ -27,7 +27,7 @@ from aiohttp import web
 from tickwork.core.records import State
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest
-from tickwork.store import leases
+from tickwork.store import sweeps
 from tickwork.worker import (
     ApiError,
     Beat,
@@ -324,7 +324,7 @@ async def test_heartbeats_keep_a_run_past_its_lease(api_server: Any) -> None:
         )
         shard, _ = api_server.jobs.locate_run(run_id)
         async with api_server.database.connection(shard) as conn:
-            assert (await leases.reap(conn, now=past_first)).total == 0
+            assert (await sweeps.reap(conn, now=past_first)).total == 0
         release.set()
         [result] = await results.wait(1)
 
@@ -380,7 +380,7 @@ async def test_lost_lease_drops_the_outcome(api_server: Any) -> None:
         async with asyncio.timeout(WAIT):
             while True:
                 async with api_server.database.connection(shard) as conn:
-                    if (await leases.reap(conn, now=later)).total:
+                    if (await sweeps.reap(conn, now=later)).total:
                         break
                 await asyncio.sleep(0.01)
         [result] = await results.wait(1)

@@ -10,6 +10,9 @@ from typing import Any
 import httpx
 from conftest import ApiServer
 
+from tickwork.core.clock import FrozenClock
+from tickwork.engine.scheduler import Scheduler
+
 PROBLEMS = "https://tickwork.dev/problems/"
 LEASE_FIELDS = {
     "runId",
@@ -249,12 +252,18 @@ async def test_a_stale_fencing_token_is_refused_after_the_lease_expired(
     api_server: ApiServer,
 ) -> None:
     await make_job(api_server, "slow", retry={"maxAttempts": 3, "baseSeconds": 0})
+    # The scheduler's first pass takes its shards over (reap, then catch up and flip);
+    # from the next one on a pass flips before it reaps, as below.
+    await api_server.scheduler.pass_once()
     run = await enqueue(api_server, "slow")
     [old] = await lease(api_server, leaseSeconds=1, workerId="pod-slow")
-    # A scheduler whose clock stands past the one-second lease: it has expired for it.
-    later = api_server.scheduler_at(
-        datetime.fromisoformat(old["leaseExpiresAt"]) + timedelta(seconds=1)
-    )
+    # A scheduler whose clock we move: its first pass takes the shards over while the
+    # lease still runs; then its clock stands past the one-second lease.
+    expires = datetime.fromisoformat(old["leaseExpiresAt"])
+    clock = FrozenClock(expires - timedelta(seconds=0.5))
+    later = Scheduler(api_server.database, clock=clock)
+    await later.pass_once()
+    clock.advance(1.5)
     await later.pass_once()  # the reaper: leased -> retry_wait
     gone = await get_run(api_server, run["runId"])
     assert gone["state"] == "retry_wait"

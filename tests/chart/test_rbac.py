@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -170,3 +171,53 @@ async def test_the_operator_is_granted_what_it_calls(
     clusterwide = rbac.granted(rendered("minimal"), name("operator"))
     assert {p[:3] for p in clusterwide} == {p[:3] for p in namespaced}
     assert {p[3] for p in clusterwide} == {""}
+
+
+SCHEDULER_TOKEN = "sa-token-of-a-scheduler-0123456789"
+
+
+async def test_the_scheduler_is_granted_what_coordination_calls(
+    kube: Emulator, database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas as the chart runs them (--coordination kubernetes, Leases in the
+    release namespace): the first takes every shard, the second joins and takes its
+    share, a lease is renewed against a stale resourceVersion, both shut down."""
+    from tickwork.coordination import choice
+    from tickwork.coordination.coordinator import Timing
+
+    await kube.create_namespace(NAMESPACE)
+    account = User.service_account(NAMESPACE, name("scheduler"))
+    kube.tokens[SCHEDULER_TOKEN] = account
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=SCHEDULER_TOKEN)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    timing = Timing(lease_seconds=5)
+
+    def replica(identity: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        return choice.coordinator(
+            database, kind="kubernetes", identity=identity, namespace=NAMESPACE, timing=timing
+        )
+
+    async with replica("scheduler-a") as first:
+        await first.cycle()
+        assert len(first.owned()) == database.shard_count
+        async with replica("scheduler-b") as second:
+            for _ in range(4):
+                await second.cycle()
+                await first.cycle()
+                await first.shed_settled()
+            assert second.owned()
+            # Someone else's write in between: the next renewal meets a 409 and reads.
+            kube.fail("update", "leases", code=409, times=1)
+            await first.cycle()
+            await second.cycle()
+            await second.shutdown()
+        await first.shutdown()
+
+    needed = rbac.used(kube.audit, account.username)
+    assert needed, "the scheduler made no call as its ServiceAccount"
+    for values in ("minimal", "everything"):
+        given = rbac.granted(rendered(values), name("scheduler"))
+        assert not rbac.covered(needed, given), f"{values}: missing"
+        assert not rbac.unused(needed, given), f"{values}: granted but never used"
+    # --coordination postgres: the scheduler calls nothing and is granted nothing.
+    assert not rbac.granted(rendered("namespaced"), name("scheduler"))

@@ -73,9 +73,11 @@ async def test_every_role_starting_at_once(fault_url: str, tmp_path: Path) -> No
     api, dev = free_port(), free_port()
     api_url, dev_url = f"http://127.0.0.1:{api}", f"http://127.0.0.1:{dev}"
     database = ["--database-url", fault_url, "--shards", str(SHARDS)]
+    # Two schedulers on one host: each its own health port (in a pod, 8081 for each).
+    health = ["--health-host", "127.0.0.1", "--health-port", "0"]
     roles = {
-        "scheduler-a": [TICKWORK, "scheduler", *database, "--interval", "0.2"],
-        "scheduler-b": [TICKWORK, "scheduler", *database, "--interval", "0.2"],
+        "scheduler-a": [TICKWORK, "scheduler", *database, "--interval", "0.2", *health],
+        "scheduler-b": [TICKWORK, "scheduler", *database, "--interval", "0.2", *health],
         "dispatcher": [
             TICKWORK,
             "dispatcher",

@@ -34,9 +34,17 @@ async def running(scheduler: Scheduler) -> AsyncIterator[asyncio.Task[None]]:
 
 
 def fast_scheduler(database: Database) -> Scheduler:
-    return Scheduler(
+    scheduler = Scheduler(
         database, interval=0.05, metrics=Metrics(), retry_base_seconds=0.05, retry_max_seconds=0.2
     )
+    scheduler.test_signals.init()
+    return scheduler
+
+
+async def passes(scheduler: Scheduler, count: int) -> None:
+    """Wait for ``count`` more passes over the shards (each within 5 s)."""
+    for _ in range(count):
+        await scheduler.test_signals.passed.wait(5)
 
 
 def failures(scheduler: Scheduler, kind: str = "outage") -> float:
@@ -64,7 +72,7 @@ async def test_survives_an_immediate_stop_and_restart(
         await jobs.put("acme", "report", JobSpec(), "test")
         scheduler = fast_scheduler(database)
         async with running(scheduler) as task:
-            await eventually(lambda: scheduler.passes >= 2, what="two passes")
+            await passes(scheduler, 2)
             postgres.stop("immediate")  # a crash: every pooled connection dies
             await eventually(lambda: failures(scheduler) >= SHARDS, what="failed passes")
             postgres.start()
@@ -89,7 +97,7 @@ async def test_survives_a_database_that_is_starting_up(
         await jobs.put("acme", "report", JobSpec(), "test")
         scheduler = fast_scheduler(database)
         async with running(scheduler) as task:
-            await eventually(lambda: scheduler.passes >= 2, what="two passes")
+            await passes(scheduler, 2)
             for proxy in proxies:  # PostgreSQL restarted: old links gone, new ones refused
                 proxy.reset()
                 proxy.starting_up()
@@ -114,7 +122,7 @@ async def test_a_hung_shard_does_not_hold_up_the_others(
             await jobs.put("acme", name, JobSpec(), "test")
         scheduler = fast_scheduler(database)
         async with running(scheduler) as task:
-            await eventually(lambda: scheduler.passes >= 2, what="two passes")
+            await passes(scheduler, 2)
             hung = 1
             proxies[hung].hang()
             await eventually(lambda: failures(scheduler) >= 1, what="the hung shard noticed")

@@ -26,6 +26,7 @@ from tickwork.api.auth import (
 )
 from tickwork.cli import options, runtime
 from tickwork.cli.demo import DemoWorker
+from tickwork.coordination import choice
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.settings import DevSettings
 from tickwork.core.shards import ShardMap
@@ -150,9 +151,10 @@ async def _run(run: _Run) -> None:
     try:
         await installation.migrate(run.shard_map)
         api = options.with_quotas_of(settings.api, run.tokens)
-        async with installation.opened(
-            run.shard_map, priority_weights=api.priority_weights
-        ) as engine:
+        async with (
+            installation.opened(run.shard_map, priority_weights=api.priority_weights) as engine,
+            choice.coordinator(engine.database, kind="postgres") as coordinator,
+        ):
             jobs = engine.jobs
             loops: list[Loop] = []
             sync = None
@@ -172,7 +174,9 @@ async def _run(run: _Run) -> None:
             services = runtime.api_services(engine, authenticator, metrics, api)
             http = http_server.HttpServer(create_app(services), HOST, sock=run.listener)
             url = await http.start()
-            loops.append(Scheduler(engine.database, metrics=metrics).run)
+            # Shards shared through the postgres backend: several dev processes (or
+            # schedulers) on one --database-url split them, and take over each other's.
+            loops.append(Scheduler(engine.database, ownership=coordinator, metrics=metrics).run)
             _banner(url, run, len(sync.known) if sync else 0)
             loops += [_demo_loop(demo, url) for demo in demos]
             if settings.demo_worker:

@@ -18,7 +18,7 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import annotated_types
 import click
@@ -93,6 +93,8 @@ def _click_option(setting: Setting) -> Callable[[F], F]:
         arguments["multiple"] = True
     elif get_origin(kind) is tuple:
         arguments["type"] = str  # "70/25/5": the model's validator reads it
+    elif get_origin(kind) is Literal:
+        arguments["type"] = click.Choice([str(choice) for choice in get_args(kind)])
     elif kind is int:
         arguments["type"] = click.IntRange(**_bounds(setting.field))
     elif kind is float:

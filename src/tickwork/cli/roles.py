@@ -10,22 +10,23 @@ import asyncio
 import os
 import socket
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any
 
 import click
 
 from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
 from tickwork.api.server import HttpServer
-from tickwork.cli import health, options, runtime
+from tickwork.cli import options, runtime
+from tickwork.cli.probes import Probes
+from tickwork.coordination import choice
+from tickwork.coordination.coordinator import Timing
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.settings import DispatcherSettings, MigrateSettings, SchedulerSettings
 from tickwork.engine import canary, installation
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.observer import ShardObserver
 from tickwork.engine.scheduler import Scheduler
-
-ALL: Final = "0.0.0.0"  # noqa: S104 - the health port is probed by the kubelet
 
 
 @click.command()
@@ -47,27 +48,37 @@ def migrate(**given: Any) -> None:
 @click.command()
 @options.settings_options(SchedulerSettings)
 def scheduler(**given: Any) -> None:
-    """Materialise cron runs, flip due runs to ready, reap expired leases, enqueue the
-    canary of each shard and report the shards' backlog.
+    """Materialise cron runs, flip due runs to ready, reap expired leases, enqueue
+    each shard's canary and report its backlog, on the shards this replica owns.
 
-    This replica works on every shard; run one replica until shard ownership
-    (Kubernetes Leases) is enabled.
+    Run as many replicas as you like: they share the shards through leases (one per
+    shard), each aiming at ceil(shards / live replicas), and a dead replica's shards
+    are taken over within about --lease-seconds. SIGTERM finishes the transaction in
+    flight and releases the leases, so the next owner need not wait them out.
     """
     settings = options.load(SchedulerSettings, given)
     options.configure_logging(settings.log)
     shard_map = options.shard_map_of(settings.database)
+    owning = settings.coordination
     metrics = Metrics(job_labels=options.job_labels(settings.metrics))
-    port = settings.health_port
-    # Bound before anything starts: a taken port is one line and exit status 1.
-    listener = None if port == 0 else options.listen("scheduler", ALL, port, "--health-port")
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
-            async with installation.opened(shard_map, settings.database.pool) as engine:
+            async with (
+                installation.opened(shard_map, settings.database.pool) as engine,
+                choice.coordinator(
+                    engine.database,
+                    kind=owning.backend,
+                    identity=owning.identity,
+                    namespace=owning.lease_namespace,
+                    timing=Timing(lease_seconds=owning.lease_seconds),
+                ) as coordinator,
+            ):
                 loop = Scheduler(
                     engine.database,
+                    ownership=coordinator,
                     interval=settings.interval,
                     batch=settings.batch,
                     metrics=metrics,
@@ -75,24 +86,36 @@ def scheduler(**given: Any) -> None:
                     maintenance_interval=settings.maintenance_interval,
                     retry_base_seconds=settings.retry_base_seconds,
                     retry_max_seconds=settings.retry_max_seconds,
+                    stall_seconds=owning.stall_seconds,
+                    takeover_wait_seconds=owning.takeover_wait_seconds,
                     observer=ShardObserver(
                         metrics, interval=timedelta(seconds=settings.observe_interval)
                     ),
                 )
-                if listener is None:
+                probes = None
+                if settings.health_port >= 0:
+                    probes = Probes(loop, coordinator, settings.health_host, settings.health_port)
+                    try:
+                        await probes.start()
+                    except OSError as error:
+                        where = f"{settings.health_host}:{settings.health_port}"
+                        raise click.ClickException(f"cannot listen on {where}: {error}") from error
+                click.echo(
+                    f"tickwork scheduler {coordinator.identity}: {shard_map.count} shards, "
+                    f"{coordinator.backend.name} coordination, leases of "
+                    f"{owning.lease_seconds:g}s" + (f"; probes on {probes.url}" if probes else "")
+                )
+                try:
                     await runtime.run_until_stopped(stop, loop.run)
-                    return
-                progress = health.Progress(lambda: loop.passes, max(30.0, 10 * settings.interval))
-                async with health.serving(listener, metrics, progress):
-                    await runtime.run_until_stopped(stop, loop.run)
+                finally:
+                    if probes is not None:
+                        await probes.stop()
+        except choice.Unavailable as error:
+            raise click.ClickException(str(error)) from error
         finally:
             remove()
 
-    try:
-        runtime.run(main())
-    finally:
-        if listener is not None:
-            listener.close()
+    runtime.run(main())
 
 
 @click.command()

@@ -217,9 +217,63 @@ class MigrateSettings(Settings):
     """Logging."""
 
 
+class CoordinationSettings(Settings):
+    """Shard ownership: which scheduler replica works on which shard, through one lease
+    per shard (``docs/operations.md``, shard ownership). Unset values take the
+    defaults of the deployment: inside a pod, Kubernetes and the pod's name and
+    namespace."""
+
+    backend: Annotated[
+        Literal["kubernetes", "postgres"] | None,
+        Option("--coordination", env="TICKWORK_COORDINATION"),
+    ] = None
+    """Where shard ownership lives: ``coordination.k8s.io`` Leases, or tables in each
+    shard's schema. Unset: ``kubernetes`` in a pod (a service-account token is
+    mounted), else ``postgres``."""
+
+    lease_namespace: Annotated[
+        str | None,
+        Field(min_length=1, max_length=63),
+        Option("--lease-namespace", env="TICKWORK_LEASE_NAMESPACE"),
+    ] = None
+    """Namespace of the Lease objects (``kubernetes``). Unset: ``$POD_NAMESPACE``, else
+    ``tickwork``."""
+
+    identity: Annotated[
+        str | None,
+        Field(min_length=1, max_length=200),
+        Option("--identity", env="TICKWORK_IDENTITY"),
+    ] = None
+    """This replica's name in the leases; unique per replica. Unset: ``$POD_NAME``,
+    else ``hostname-pid``."""
+
+    lease_seconds: Annotated[
+        float, Field(ge=1, le=3600), Option("--lease-seconds", env="TICKWORK_LEASE_SECONDS")
+    ] = 10.0
+    """Duration of the shard and membership leases. A replica renews them every 30 % of
+    it and stops writing to a shard 10 % of it before its lease can have expired for the
+    others; a dead replica's shards are re-owned within about this long."""
+
+    takeover_wait_seconds: Annotated[float, Field(gt=0)] = 1.0
+    """A new owner waits this long for the old owner's transactions in flight on the
+    shard, then ends the sessions still holding them (their process paused or cut off)."""
+
+    stall_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """A scheduler transaction left idle this long (its process paused or cut off
+    mid-way) is ended by the server."""
+
+    @field_validator("identity")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or not value.isprintable()):
+            raise ValueError("must be printable text, not only blanks")
+        return value
+
+
 class SchedulerSettings(Settings):
-    """``tickwork scheduler``: materialise cron runs, flip due runs to ready, reap
-    expired leases, keep the attempt history's partitions."""
+    """``tickwork scheduler``: on the shards this replica owns, materialise cron runs,
+    flip due runs to ready, reap expired leases, keep the attempt history's
+    partitions."""
 
     database: DatabaseSettings = DatabaseSettings()
     """Where the shards live."""
@@ -228,7 +282,8 @@ class SchedulerSettings(Settings):
     """Logging."""
 
     interval: Annotated[float, Field(gt=0), Option("--interval")] = 1.0
-    """Seconds between passes over each owned shard."""
+    """Seconds between passes over each owned shard (sooner when a run falls due
+    before)."""
 
     batch: Annotated[int, Field(ge=1)] = 5000
     """Rows one step of a pass (due flip, reaper) changes at most."""
@@ -245,11 +300,17 @@ class SchedulerSettings(Settings):
     retry_max_seconds: Annotated[float, Field(ge=0)] = 5.0
     """...doubling up to this."""
 
+    coordination: CoordinationSettings = CoordinationSettings()
+    """Shard ownership."""
+
+    health_host: Annotated[str, Option("--health-host", env="TICKWORK_HEALTH_HOST")] = "0.0.0.0"  # noqa: S104 - the kubelet probes the pod's address
+    """Address the health port listens on."""
+
     health_port: Annotated[
-        int, Field(ge=0, le=65535), Option("--health-port", env="TICKWORK_HEALTH_PORT")
-    ] = 0
-    """Port of ``/healthz``, ``/readyz`` (passes are being made) and ``/metrics`` (no
-    token: serve it on the pod network only); 0: none (the Helm chart uses 8081)."""
+        int, Field(ge=-1, le=65535), Option("--health-port", env="TICKWORK_HEALTH_PORT")
+    ] = 8081
+    """Port of ``/healthz`` (alive), ``/readyz`` (coordinating; names the shards whose
+    database is down) and ``/metrics``; 0 picks a free port (printed), -1 serves none."""
 
     observe_interval: Annotated[float, Field(gt=0)] = 15.0
     """Seconds between reads of an owned shard's backlog, dead runs and canary."""

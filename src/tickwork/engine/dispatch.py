@@ -2,18 +2,21 @@
 run id.
 
 A lease request visits shards from a rotating start, one single-shard claim each, until
-it has ``max`` runs. Finding none, it waits for a notification of ready runs in its
-queues (``store.wakeup``, one LISTEN connection per shard), looking again at least
-every few seconds in case a notification was lost. Heartbeats and completions
-are grouped by the shard their run ids encode, one transaction per shard touched
-(concurrently), with one result per item in request order. The caller's ``Scope``
-goes down into the SQL: a worker touches only its tenant's runs in its queues.
+it has ``max`` runs; a shard that fails or does not answer a claim in time is skipped
+for a backoff (``shard_health``), so one broken shard does not slow the others.
+Finding none, it waits for a notification of ready runs in its queues
+(``store.wakeup``, one LISTEN connection per shard), looking again at least every few
+seconds in case a notification was lost. Heartbeats and completions are grouped by
+the shard their run ids encode, one transaction per shard touched (concurrently), with
+one result per item in request order. The caller's ``Scope`` goes down into the SQL: a
+worker touches only its tenant's runs in its queues.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +24,7 @@ from typing import Any, TypeVar
 
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
-from tickwork.core.errors import NotFound, TickworkError
+from tickwork.core.errors import NotFound, StoreUnavailable, TickworkError
 from tickwork.core.fairness import PriorityShares
 from tickwork.core.records import (
     UNRESTRICTED,
@@ -33,9 +36,12 @@ from tickwork.core.records import (
     Outcome,
     Scope,
 )
-from tickwork.store import leases
+from tickwork.engine.shard_health import ShardHealth
+from tickwork.store import leases, outages
 from tickwork.store.database import Database
 from tickwork.store.wakeup import ReadySignal
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,6 +72,7 @@ class Dispatcher:
         *,
         wakeups: ReadySignal | None = None,
         shares: PriorityShares | None = None,
+        claim_seconds: float = 2.0,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
@@ -75,6 +82,13 @@ class Dispatcher:
         # The stride passes of the priority weights, carried from one claim to the next.
         self.shares = shares or PriorityShares()
         self._start = itertools.count()
+        # A shard's claim that takes longer than this is left to finish on its own
+        # (its runs given back) while the request goes on with the other shards; far
+        # longer than a healthy claim takes.
+        self.claim_seconds = claim_seconds
+        self.probe_seconds = min(claim_seconds, 0.25)
+        self.health = ShardHealth()
+        self._late: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
         """Listen for ready runs on every shard (a long-poll without it only rechecks)."""
@@ -148,22 +162,100 @@ class Dispatcher:
         order = preferred + [
             shard for shard in ((first + n) % count for n in range(count)) if shard not in preferred
         ]
+        failure: BaseException | None = None
+        answered = False
         for shard in order:
+            try:
+                claimed = await self._claim_on(
+                    shard, queues, limit - len(granted), worker_id, lease_seconds, tenant
+                )
+            except Exception as error:
+                if not outages.is_outage(error):
+                    raise
+                failure = error
+                continue
+            if claimed is None:
+                continue  # skipped: it failed a moment ago
+            answered = True
+            granted += claimed
+            if len(granted) >= limit:
+                break
+        if not answered and not granted:
+            # Not one shard answered: the store is down, not merely without work.
+            if failure is not None:
+                raise failure
+            raise StoreUnavailable("every shard failed its last claim; retry shortly")
+        return granted
+
+    async def _claim_on(
+        self,
+        shard: int,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+        tenant: str | None,
+    ) -> list[Lease] | None:
+        """One shard's claim, given ``claim_seconds`` at most; None when the shard is
+        skipped after a recent failure. A claim that answers late is not lost: the
+        runs it leased are given back as soon as it does."""
+        if self.health.skipping(shard):
+            return None
+
+        async def claim() -> list[Lease]:
             async with self.database.connection(shard) as conn:
-                granted += await leases.claim(
+                return await leases.claim(
                     conn,
                     shard,
                     queues,
-                    limit - len(granted),
+                    limit,
                     worker_id,
                     lease_seconds,
                     self.clock.now(),
                     tenant,
                     self.shares,
                 )
-            if len(granted) >= limit:
-                break
-        return granted
+
+        # A shard that failed lately is tried with a short bound: a request should not
+        # pay the full bound each time the backoff lets the shard be tried again.
+        bound = self.probe_seconds if self.health.suspect(shard) else self.claim_seconds
+        task = asyncio.create_task(claim())
+        done, _ = await asyncio.wait({task}, timeout=bound)
+        if not done:
+            self._late.add(task)
+            task.add_done_callback(self._give_back)
+            pause = self.health.failed(shard)
+            logger.warning(
+                "shard %d: no claim answer within %gs; skipped for %.1fs",
+                shard,
+                bound,
+                pause,
+                extra={"action": "claim-skipped", "shard": shard},
+            )
+            raise TimeoutError(f"shard {shard} did not answer a claim in time")
+        try:
+            claimed = task.result()
+        except Exception as error:
+            if outages.is_outage(error):
+                pause = self.health.failed(shard)
+                logger.warning(
+                    "shard %d: claim failed (%s); skipped for %.1fs",
+                    shard,
+                    outages.describe(error),
+                    pause,
+                    extra={"action": "claim-skipped", "shard": shard},
+                )
+            raise
+        self.health.succeeded(shard)
+        return claimed
+
+    def _give_back(self, task: asyncio.Task[list[Lease]]) -> None:
+        self._late.discard(task)
+        if task.cancelled() or task.exception() is not None or not task.result():
+            return
+        giving = asyncio.create_task(self.release(task.result()))
+        self._late.add(giving)
+        giving.add_done_callback(self._late.discard)
 
     async def release(self, granted: Sequence[Lease]) -> None:
         """Give back leases whose requester went away before receiving them."""

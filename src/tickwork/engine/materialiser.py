@@ -13,7 +13,7 @@ keeps none. A fire time is missed when it is more than ``grace`` in the past.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -25,7 +25,7 @@ from tickwork.core import hashing, limits
 from tickwork.core.cron import CronSchedule
 from tickwork.core.records import Origin
 from tickwork.core.spec import MissedRunPolicy
-from tickwork.store import clock, queries
+from tickwork.store import clock, epochs, queries
 from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
@@ -177,9 +177,13 @@ async def materialise(
     batch: int = 1000,
     lookahead: timedelta = DEFAULT_LOOKAHEAD,
     grace: timedelta = DEFAULT_GRACE,
+    *,
+    fence: epochs.Fence | None = None,
 ) -> Materialised:
-    """One batch: lock due definitions, insert their runs, advance ``next_due_at``."""
+    """One batch: lock due definitions, insert their runs, advance ``next_due_at``;
+    nothing when ``fence`` is no longer the shard's epoch (``epochs.Deposed``)."""
     async with conn.transaction():
+        await epochs.check(conn, fence)
         instant = await clock.now(conn, now)
         rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
         if not rows:
@@ -247,11 +251,18 @@ async def materialise_all(
     batch: int = 1000,
     lookahead: timedelta = DEFAULT_LOOKAHEAD,
     max_batches: int = 1000,
+    *,
+    fence: epochs.Fence | None = None,
+    before_batch: Callable[[], None] | None = None,
 ) -> Materialised:
-    """Batches until no definition is due (or ``max_batches``); one transaction each."""
+    """Batches until no definition is due (or ``max_batches``); one transaction each.
+    ``before_batch`` runs before each (the scheduler's check that it still owns the
+    shard: it raises to stop)."""
     total = Materialised(0, 0, 0)
     for _ in range(max_batches):
-        done = await materialise(conn, now, batch, lookahead)
+        if before_batch is not None:
+            before_batch()
+        done = await materialise(conn, now, batch, lookahead, fence=fence)
         total = Materialised(
             total.definitions + done.definitions, total.runs + done.runs, total.ready + done.ready
         )

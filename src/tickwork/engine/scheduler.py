@@ -1,9 +1,17 @@
-"""The scheduler role: for every shard it owns, at least once a second, materialise due
-cron runs, flip due runs to ``ready``, skip runs past their starting deadline and reap
-expired leases. Each step is one single-shard transaction and idempotent, so a new
-owner after a failover simply runs them again.
+"""The scheduler role: for every shard this replica owns, at least once a second,
+materialise due cron runs, flip due runs to ``ready``, skip runs past their starting
+deadline and reap expired leases.
 
-Shards are independent: a pass works on them concurrently, and a shard that fails
+Ownership comes from ``coordination`` (``Ownership``): leases say which shards this
+replica SHOULD work on, and stop saying so before they can have expired for the
+others. Whose writes count is the shard's epoch (``store.epochs``): on taking a shard
+the scheduler moves its epoch on before anything else, and every transaction of a
+pass checks it first, so a deposed replica (paused, cut off, its lease expired)
+writes nothing: the refusal is counted (``tickwork_scheduler_epoch_conflicts_total``)
+and the shard given up. A new owner reaps first, then catches up missed runs, both
+idempotent.
+
+Shards are independent: each owned shard has a loop of its own, and a shard that fails
 (PostgreSQL restarting, a link reset or hung) is logged, backed off and retried on its
 own while the others keep their pace. Nothing a shard does ends the loop.
 """
@@ -13,16 +21,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 
+from tickwork.coordination.ownership import (
+    Acquired,
+    Event,
+    Failed,
+    Fixed,
+    Lost,
+    Observed,
+    Ownership,
+    Released,
+)
 from tickwork.core import backoff
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.spec import Priority
+from tickwork.core.testsignal import Signals, TestSignal
 from tickwork.engine import jobs, materialiser
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.observer import ShardObserver
-from tickwork.store import leases, outages, retention
+from tickwork.store import epochs, outages, retention, sweeps
 from tickwork.store.database import Connection, Database
 
 logger = logging.getLogger(__name__)
@@ -33,6 +52,8 @@ class TickReport:
     """What one pass over one shard did."""
 
     shard: int
+    epoch: int = 0
+    took_over: bool = False
     materialised: int = 0
     promoted: int = 0
     skipped: int = 0
@@ -45,15 +66,50 @@ class TickReport:
         return bool(self.materialised or self.promoted or self.skipped or self.reaped)
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A transaction refused by the epoch check: the replica was deposed."""
+
+    shard: int
+    step: str
+    epoch: int
+    current: int | None
+    owner: str | None
+
+
+@dataclass
+class SchedulerSignals(Signals):
+    """Test signals: a pass ended (its reports: of every owned shard for
+    ``pass_once``, of one shard in ``run``, which works on each on its own); a shard was
+    taken over (its number, once its first pass is done); a write was refused by
+    the epoch check."""
+
+    passed: TestSignal[list[TickReport]] = field(default_factory=lambda: TestSignal("pass"))
+    took_over: TestSignal[TickReport] = field(default_factory=lambda: TestSignal("takeover"))
+    refused: TestSignal[Refusal] = field(default_factory=lambda: TestSignal("epoch refusal"))
+
+
+class _Lapsed(Exception):
+    """The replica may no longer write to the shard (its ownership ended locally)."""
+
+
+@dataclass
+class _Owned:
+    term: int
+    fence: epochs.Fence
+
+
 class Scheduler:
-    """Runs the per-shard loops. ``shards`` are the shards this replica owns."""
+    """Runs the per-shard loops over the shards ``ownership`` says this replica owns
+    (without one: ``shards``, or every shard, always; a single replica)."""
 
     def __init__(
         self,
         database: Database,
         *,
+        ownership: Ownership | None = None,
         clock: Clock | None = None,
-        shards: Sequence[int] | None = None,
+        shards: Collection[int] | None = None,
         interval: float = 1.0,
         batch: int = 5000,
         rng: random.Random | None = None,
@@ -62,11 +118,18 @@ class Scheduler:
         maintenance_interval: float = 3600.0,
         retry_base_seconds: float = 0.25,
         retry_max_seconds: float = 5.0,
+        stall_seconds: float = 10.0,
+        takeover_wait_seconds: float = 1.0,
+        before_write: Callable[[int, str], None] | None = None,
         observer: ShardObserver | None = None,
     ) -> None:
         self.database = database
+        if ownership is None:
+            every = range(database.shard_count) if shards is None else shards
+            ownership = Fixed(every)
+        self.ownership = ownership
+        self.identity = ownership.identity
         self.clock = clock or DatabaseClock()
-        self.shards = list(range(database.shard_count) if shards is None else shards)
         self.interval = interval
         self.batch = batch
         self.rng = rng
@@ -75,40 +138,201 @@ class Scheduler:
         self.maintenance_interval = maintenance_interval
         self.retry_base_seconds = retry_base_seconds
         self.retry_max_seconds = retry_max_seconds
+        # A scheduler transaction that stalls this long (its process paused or cut off
+        # mid-way) is ended by the server, so a takeover does not wait on it for long.
+        self.stall_seconds = stall_seconds
+        self.takeover_wait_seconds = takeover_wait_seconds
+        # Called before each transaction with (shard, step): fault-injection tests
+        # pause the process there, the widest window a pause can hit.
+        self.before_write = before_write
         # Shard metrics and the canary; None: the scheduler reports only its own steps.
         self.observer = observer
+        self._owned: dict[int, _Owned] = {}
+        self._acquired_at: dict[int, float] = {}
         self._maintained: dict[int, float] = {}
+        self._steps: dict[int, str] = {}  # the step each shard's pass is at
         # Per failing shard: consecutive failures, and the loop time of its next try.
         self._failures: dict[int, int] = {}
         self._retry_at: dict[int, float] = {}
         self._rng = rng or random.Random()
-        # Test signal: set after every full pass over the owned shards.
-        self.passed = asyncio.Event()
+        self.test_signals = SchedulerSignals()
         self.passes = 0
         self._wake = asyncio.Event()
+        self._wakes: dict[int, asyncio.Event] = {}  # per shard loop
+        ownership.subscribe(self._on_ownership)
 
     def wake(self) -> None:
-        """Run the next pass now instead of at the next interval."""
+        """Run the next pass over every shard now instead of at its next interval."""
         self._wake.set()
+        for event in self._wakes.values():
+            event.set()
 
-    async def tick(self, shard: int) -> TickReport:
+    def failing(self) -> list[int]:
+        """The owned shards whose last pass failed (their database down or hanging)."""
+        owned = self.ownership.owned()
+        return sorted(shard for shard in self._failures if shard in owned)
+
+    # --- one shard ---
+
+    async def tick(self, shard: int, term: int | None = None) -> TickReport | None:
+        """One pass over ``shard`` if this replica owns it (None: it does not, or no
+        longer does). Raises ``epochs.Deposed`` when its epoch was taken."""
+        if term is None:
+            term = self.ownership.owned().get(shard)
+            if term is None:
+                return None
+        async with self.ownership.lock(shard):
+            if not self.ownership.owns(shard, term):
+                return None
+            async with self.database.connection(shard) as conn:
+                try:
+                    return await self._work(conn, shard, term)
+                except _Lapsed:
+                    logger.info(
+                        "shard %d: stopped mid-pass, no longer owned",
+                        shard,
+                        extra={"action": "scheduler-lapsed", "shard": shard},
+                    )
+                    return None
+
+    async def _work(self, conn: Connection, shard: int, term: int) -> TickReport:
         now = self.clock.now()
+        owned = self._owned.get(shard)
         report = TickReport(shard)
-        async with self.database.connection(shard) as conn:
-            made = await materialiser.materialise_all(conn, now)
-            report.materialised = made.runs
-            promoted = await leases.promote_due(conn, self.batch, now)
-            report.promoted, report.skipped = promoted.ready, promoted.skipped
-            reaped = await leases.reap(conn, self.batch, now, self.rng)
-            report.reaped = reaped.total
-            report.next_due_in = await leases.seconds_until_next_due(conn, now)
-            await self._maintain(conn, shard)
-            if self.observer is not None:
-                await self.observer.observe(conn, shard, await jobs.database_now(conn, self.clock))
+        if owned is None or owned.term != term:
+            self._guard(shard, term, "take-epoch")
+            holder = await epochs.take(
+                conn, self.identity, now, wait_seconds=self.takeover_wait_seconds
+            )
+            owned = _Owned(term, epochs.Fence(holder.epoch, self.stall_seconds))
+            self._owned[shard] = owned
+            report.took_over = True
+            logger.info(
+                "shard %d: epoch %d taken; reaping and catching up",
+                shard,
+                holder.epoch,
+                extra={"action": "scheduler-takeover", "shard": shard, "epoch": holder.epoch},
+            )
+        fence = owned.fence
+        report.epoch = fence.epoch
+        if report.took_over:
+            # A new owner reaps first (leases left by a dead owner's era), then catches up.
+            report.reaped = await self._reap(conn, shard, term, fence)
+        self._guard(shard, term, "materialise")
+        made = await materialiser.materialise_all(
+            conn, now, fence=fence, before_batch=lambda: self._guard(shard, term, "materialise")
+        )
+        report.materialised = made.runs
+        self._guard(shard, term, "promote")
+        promoted = await sweeps.promote_due(conn, self.batch, now, fence=fence)
+        report.promoted, report.skipped = promoted.ready, promoted.skipped
+        if not report.took_over:
+            report.reaped = await self._reap(conn, shard, term, fence)
+        report.next_due_in = await sweeps.seconds_until_next_due(conn, now)
+        await self._maintain(conn, shard, term, fence)
+        if self.observer is not None:
+            self._guard(shard, term, "observe")
+            await self.observer.observe(conn, shard, await jobs.database_now(conn, self.clock))
+        return report
+
+    async def _reap(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> int:
+        self._guard(shard, term, "reap")
+        reaped = await sweeps.reap(conn, self.batch, self.clock.now(), self.rng, fence=fence)
         if self.metrics is not None:
             for tenant, job, rank in reaped.expired:
                 label = self.metrics.job_label(tenant, job)
                 self.metrics.lease_expiries.labels(label, Priority.from_rank(rank).value).inc()
+        return reaped.total
+
+    def _guard(self, shard: int, term: int, step: str) -> None:
+        """Before each transaction: go on only while the shard is still owned."""
+        self._steps[shard] = step
+        if self.before_write is not None:
+            self.before_write(shard, step)
+        if not self.ownership.owns(shard, term):
+            raise _Lapsed(shard)
+
+    async def _maintain(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> None:
+        """Hourly: run-history partitions ahead, expired ones dropped."""
+        moment = asyncio.get_running_loop().time()
+        last = self._maintained.get(shard)
+        if last is not None and moment - last < self.maintenance_interval:
+            return
+        now = self.clock.now()
+        self._guard(shard, term, "retention")
+        created = await retention.ensure_all_partitions(conn, now, fence=fence)
+        dropped = await retention.drop_expired(conn, now, self.retention_days, fence=fence)
+        # Only once it worked: a pass cut short by an outage tries again next pass.
+        self._maintained[shard] = moment
+        if created or dropped:
+            logger.info(
+                "shard %d: history partitions created %s, dropped %s",
+                shard,
+                created,
+                dropped,
+                extra={"action": "retention", "shard": shard},
+            )
+
+    # --- every owned shard ---
+
+    async def pass_once(self) -> list[TickReport]:
+        """One pass over the owned shards that are not backing off; never raises for a
+        shard's failure (it is logged, and the shard retried after a backoff)."""
+        owned = self._forget_lost()
+        moment = asyncio.get_running_loop().time()
+        due = [(s, t) for s, t in sorted(owned.items()) if self._retry_at.get(s, moment) <= moment]
+        results = await asyncio.gather(*(self._guarded_tick(shard, term) for shard, term in due))
+        reports = [report for report in results if report is not None]
+        self.passes += 1
+        self.test_signals.passed.signal(reports)
+        return reports
+
+    def _forget_lost(self) -> Mapping[int, int]:
+        owned = self.ownership.owned()
+        for shard in [s for s, mine in self._owned.items() if owned.get(s) != mine.term]:
+            del self._owned[shard]  # lost meanwhile: a later term takes the epoch anew
+        return owned
+
+    async def _guarded_tick(self, shard: int, term: int) -> TickReport | None:
+        try:
+            report = await self.tick(shard, term)
+        except epochs.Deposed as refused:
+            self._deposed(shard, term, refused)
+            return None
+        except Exception as error:
+            self._failed(shard, error)
+            return None
+        failures = self._failures.pop(shard, 0)
+        self._retry_at.pop(shard, None)
+        if failures:
+            logger.info(
+                "shard %d is reachable again after %d failed pass(es)",
+                shard,
+                failures,
+                extra={"action": "scheduler-recovered", "shard": shard},
+            )
+        if report is not None:
+            self._reported(report)
+        return report
+
+    def _reported(self, report: TickReport) -> None:
+        shard = report.shard
+        acquired = self._acquired_at.pop(shard, None)
+        if acquired is not None:
+            seconds = asyncio.get_running_loop().time() - acquired
+            if self.metrics is not None:
+                self.metrics.takeover.observe(seconds)
+            logger.info(
+                "shard %d taken over in %.3fs (epoch %d, reaped %d, materialised %d)",
+                shard,
+                seconds,
+                report.epoch,
+                report.reaped,
+                report.materialised,
+                extra={"action": "scheduler-took-over", "shard": shard, "epoch": report.epoch},
+            )
+        if report.took_over:
+            self.test_signals.took_over.signal(report)
         if report.changed:
             logger.info(
                 "scheduler pass: shard %d materialised %d, promoted %d, skipped %d, reaped %d",
@@ -122,54 +346,26 @@ class Scheduler:
             if self.metrics is not None:
                 for step in ("materialised", "promoted", "skipped", "reaped"):
                     self.metrics.scheduler_rows.labels(step).inc(getattr(report, step))
-        return report
 
-    async def _maintain(self, conn: Connection, shard: int) -> None:
-        """Hourly: run-history partitions ahead, expired ones dropped."""
-        moment = asyncio.get_running_loop().time()
-        last = self._maintained.get(shard)
-        if last is not None and moment - last < self.maintenance_interval:
-            return
-        now = self.clock.now()
-        created = await retention.ensure_all_partitions(conn, now)
-        dropped = await retention.drop_expired(conn, now, self.retention_days)
-        # Only once it worked: a pass cut short by an outage tries again next pass.
-        self._maintained[shard] = moment
-        if created or dropped:
-            logger.info(
-                "shard %d: history partitions created %s, dropped %s",
-                shard,
-                created,
-                dropped,
-                extra={"action": "retention", "shard": shard},
-            )
-
-    async def pass_once(self) -> list[TickReport]:
-        """One pass over the owned shards that are not backing off; never raises for a
-        shard's failure (it is logged, and the shard retried after a backoff)."""
-        moment = asyncio.get_running_loop().time()
-        due = [s for s in self.shards if self._retry_at.get(s, moment) <= moment]
-        results = await asyncio.gather(*(self._guarded_tick(shard) for shard in due))
-        self.passes += 1
-        self.passed.set()
-        return [report for report in results if report is not None]
-
-    async def _guarded_tick(self, shard: int) -> TickReport | None:
-        try:
-            report = await self.tick(shard)
-        except Exception as error:
-            self._failed(shard, error)
-            return None
-        failures = self._failures.pop(shard, 0)
-        self._retry_at.pop(shard, None)
-        if failures:
-            logger.info(
-                "shard %d is reachable again after %d failed pass(es)",
-                shard,
-                failures,
-                extra={"action": "scheduler-recovered", "shard": shard},
-            )
-        return report
+    def _deposed(self, shard: int, term: int, refused: epochs.Deposed) -> None:
+        step = self._steps.get(shard, "write")
+        self._owned.pop(shard, None)
+        self._acquired_at.pop(shard, None)
+        logger.warning(
+            "shard %d: write refused, epoch %d was deposed (the shard is at epoch %s, "
+            "owner %s); giving the shard up",
+            shard,
+            refused.epoch,
+            refused.current,
+            refused.owner,
+            extra={"action": "epoch-conflict", "shard": shard, "epoch": refused.epoch},
+        )
+        if self.metrics is not None:
+            self.metrics.epoch_conflicts.labels(step).inc()
+        self.test_signals.refused.signal(
+            Refusal(shard, step, refused.epoch, refused.current, refused.owner)
+        )
+        self.ownership.deposed(shard, term)
 
     def _failed(self, shard: int, error: Exception) -> None:
         failures = self._failures.get(shard, 0) + 1
@@ -201,28 +397,110 @@ class Scheduler:
                 extra={"action": "scheduler-error", "shard": shard},
             )
 
-    def _pause(self, reports: Sequence[TickReport]) -> float:
-        """Until the next pass: the interval, or sooner when a waiting run falls due
-        before it (so a run is ready within milliseconds of its time, not a second), or
-        when a failing shard's backoff ends."""
-        upcoming = [r.next_due_in for r in reports if r.next_due_in is not None]
-        moment = asyncio.get_running_loop().time()
-        retries = [at - moment for at in self._retry_at.values()]
+    def _on_ownership(self, event: Event) -> None:
+        metrics = self.metrics
+        if isinstance(event, Acquired):
+            self._acquired_at[event.shard] = asyncio.get_running_loop().time()
+            if metrics is not None:
+                metrics.shard_acquisitions.inc()
+                if event.transition:
+                    metrics.shard_transitions.inc()
+            self.wake()  # take it over now, not at the next interval
+        elif isinstance(event, Lost):
+            self._acquired_at.pop(event.shard, None)
+            if self.observer is not None:
+                self.observer.forget(event.shard)
+            if metrics is not None:
+                metrics.shard_losses.labels(event.reason).inc()
+        elif isinstance(event, Released):
+            if self.observer is not None:
+                self.observer.forget(event.shard)
+            if metrics is not None:
+                metrics.shard_releases.labels(event.reason).inc()
+        elif isinstance(event, Observed):
+            if metrics is not None:
+                metrics.scheduler_members.set(event.members)
+        elif isinstance(event, Failed) and metrics is not None:
+            metrics.coordination_errors.labels(event.operation).inc()
+        if metrics is not None:
+            metrics.shards_owned.set(len(self.ownership.owned()))
+
+    def _pause(self, shard: int, report: TickReport | None) -> float:
+        """Until the shard's next pass: the interval, or sooner when a waiting run falls
+        due before it (so a run is ready within milliseconds of its time, not a second),
+        or when the shard's backoff after a failure ends."""
+        pauses = [self.interval]
+        if report is not None and report.next_due_in is not None:
+            pauses.append(report.next_due_in)
+        retry_at = self._retry_at.get(shard)
+        if retry_at is not None:
+            pauses.append(retry_at - asyncio.get_running_loop().time())
         # A floor keeps a run held by a slow transaction from turning this into a spin.
-        return max(0.01, min([self.interval, *upcoming, *retries]))
+        return max(0.01, min(pauses))
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Pass over the shards every ``interval`` seconds until ``stop`` is set."""
-        while not stop.is_set():
-            reports = await self.pass_once()
-            pause = self._pause(reports)
-            self._wake.clear()
-            stopped = asyncio.create_task(stop.wait())
-            woken = asyncio.create_task(self._wake.wait())
+        """Work on every owned shard until ``stop`` is set: a loop per shard, so a shard
+        whose database hangs holds up no other; ownership is kept current alongside,
+        and given up (every lease released) once the passes in flight have ended."""
+        halt = asyncio.Event()
+        done = asyncio.Event()
+        keeping = asyncio.create_task(self.ownership.run(done))
+        loops: dict[int, asyncio.Task[None]] = {}
+        try:
+            while not stop.is_set():
+                if keeping.done():
+                    keeping.result()  # a coordination bug ends the role loudly
+                    raise RuntimeError("shard ownership stopped on its own")
+                self._wake.clear()
+                for shard, running in list(loops.items()):
+                    if running.done():
+                        del loops[shard]
+                        running.result()  # a bug in a shard's loop ends the role loudly
+                for shard in self._forget_lost():
+                    if shard not in loops:
+                        loops[shard] = asyncio.create_task(self._shard_loop(shard, halt))
+                waiters = {
+                    asyncio.create_task(stop.wait()),
+                    asyncio.create_task(self._wake.wait()),
+                }
+                try:
+                    await asyncio.wait(
+                        {*waiters, keeping, *loops.values()},
+                        timeout=self.interval,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    for waiter in waiters:
+                        waiter.cancel()
+        finally:
+            halt.set()
+            await asyncio.gather(*loops.values(), return_exceptions=True)
+            done.set()
+            await keeping
+
+    async def _shard_loop(self, shard: int, halt: asyncio.Event) -> None:
+        """Passes over one shard while it is owned, until ``halt``."""
+        wake = self._wakes.setdefault(shard, asyncio.Event())
+        loop = asyncio.get_running_loop()
+        while not halt.is_set():
+            term = self.ownership.owned().get(shard)
+            if term is None:
+                return  # lost or shed: started again if it is owned again
+            wake.clear()
+            report = None
+            retry_at = self._retry_at.get(shard)
+            if retry_at is None or retry_at <= loop.time():
+                report = await self._guarded_tick(shard, term)
+                self.passes += 1
+                self.test_signals.passed.signal([] if report is None else [report])
+            halting = asyncio.create_task(halt.wait())
+            woken = asyncio.create_task(wake.wait())
             try:
                 await asyncio.wait(
-                    {stopped, woken}, timeout=pause, return_when=asyncio.FIRST_COMPLETED
+                    {halting, woken},
+                    timeout=self._pause(shard, report),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
             finally:
-                stopped.cancel()
+                halting.cancel()
                 woken.cancel()

@@ -1,4 +1,5 @@
-"""Leases: claim, heartbeat, complete, and the scheduler's reaper and due flip.
+"""Leases: claim, heartbeat, complete and release (the scheduler's sweeps are in
+``sweeps``).
 
 Each function is one single-shard transaction. A fencing token is drawn from the shard's
 sequence at every lease grant; heartbeat and completion must carry the run's current
@@ -9,14 +10,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
 import asyncpg
 import orjson
 
-from tickwork.core import backoff, fairness, limits, shards
+from tickwork.core import fairness, limits, retry, shards
 from tickwork.core.errors import NotFound, StaleLease, TickworkError
 from tickwork.core.records import (
     UNRESTRICTED,
@@ -40,18 +41,12 @@ OVER_LIMIT: Final = queries.get("over_limit")
 HEARTBEAT: Final = queries.get("heartbeat")
 COMPLETE_SUCCEEDED: Final = queries.get("complete_succeeded")
 LOCK_LEASED: Final = queries.get("lock_leased")
-LOCK_EXPIRED: Final = queries.get("lock_expired")
 RECORD_FAILURES: Final = queries.get("record_failures")
 COMPLETION_OF: Final = queries.get("completion_of")
 RUN_STATE: Final = queries.get("run_state")
 # The passes of claims made without a dispatcher's own (tests, tools): process-wide.
 SHARED_PRIORITY_SHARES: Final = fairness.PriorityShares()
-PROMOTE_DUE: Final = queries.get("promote_due")
-SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
-SECONDS_UNTIL_NEXT_DUE: Final = queries.get("seconds_until_next_due")
 RELEASE: Final = queries.get("release")
-
-LEASE_EXPIRED_ERROR: Final = {"message": "lease expired", "reason": "lease-expired"}
 
 
 async def claim(
@@ -243,12 +238,12 @@ async def complete(
                 ):
                     locked[row["id"]] = row
             by_key = {(c.id, c.fencing_token): c for c in failed}
-            decisions = [
-                _decide(row, by_key[(row["id"], row["fencing_token"])], rng)
+            failures = [
+                _worker_failure(row, by_key[(row["id"], row["fencing_token"])], rng)
                 for row in locked.values()
             ]
-            if decisions:
-                _collect(found, await _record_failures(conn, decisions, now))
+            if failures:
+                _collect(found, await record_failures(conn, failures, now))
     results: list[Completed | TickworkError] = []
     for c in completions:
         hit = found.get((c.id, c.fencing_token))
@@ -285,47 +280,56 @@ def _rounds(items: Sequence[_Item]) -> list[list[_Item]]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Decision:
+class Failure:
+    """A failed attempt of a locked leased run and what it leads to."""
+
     id: int
-    state: State
-    delay_seconds: float
+    decision: retry.Decision
     error: dict[str, Any] | None
-    outcome: str
+    outcome: str  # the attempt's outcome: failed, lease-expired
 
 
-def _decide(row: asyncpg.Record, completion: Completion, rng: random.Random | None) -> _Decision:
-    error = dict(completion.error or {"message": "failed"})
-    error["retryable"] = completion.retryable
-    error["attempt"] = row["attempt"]
-    return _decision_for(row, error, completion.retryable, "failed", rng)
-
-
-def _decision_for(
+def failure(
     row: asyncpg.Record,
     error: dict[str, Any],
     retryable: bool,
     outcome: str,
     rng: random.Random | None,
-) -> _Decision:
-    if row["cancel_requested"]:
-        return _Decision(row["id"], State.cancelled, 0.0, error, outcome)
-    attempt: int = row["attempt"]
-    if retryable and attempt < row["max_attempts"]:
-        delay = backoff.delay(attempt, row["retry_base"], row["retry_max"], rng)
-        return _Decision(row["id"], State.retry_wait, delay.total_seconds(), error, outcome)
-    return _Decision(row["id"], State.dead, 0.0, error, outcome)
+) -> Failure:
+    """The retry decision for a leased run ``row`` (read by ``lock_leased`` or the
+    reaper's lock) whose attempt failed."""
+    decision = retry.decide(
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        retry_base=row["retry_base"],
+        retry_max=row["retry_max"],
+        retryable=retryable,
+        cancel_requested=row["cancel_requested"],
+        rng=rng,
+    )
+    return Failure(row["id"], decision, error, outcome)
 
 
-async def _record_failures(
-    conn: Connection, decisions: Sequence[_Decision], now: datetime | None
+def _worker_failure(
+    row: asyncpg.Record, completion: Completion, rng: random.Random | None
+) -> Failure:
+    error = dict(completion.error or {"message": "failed"})
+    error["retryable"] = completion.retryable
+    error["attempt"] = row["attempt"]
+    return failure(row, error, completion.retryable, "failed", rng)
+
+
+async def record_failures(
+    conn: Connection, failures: Sequence[Failure], now: datetime | None
 ) -> list[asyncpg.Record]:
+    """Apply the decided outcomes of failed attempts (rows locked by the caller)."""
     rows: list[asyncpg.Record] = await conn.fetch(
         RECORD_FAILURES,
-        [d.id for d in decisions],
-        [d.state.value for d in decisions],
-        [d.delay_seconds for d in decisions],
-        [None if d.error is None else orjson.dumps(d.error).decode() for d in decisions],
-        [d.outcome for d in decisions],
+        [f.id for f in failures],
+        [f.decision.state.value for f in failures],
+        [f.decision.delay_seconds for f in failures],
+        [None if f.error is None else orjson.dumps(f.error).decode() for f in failures],
+        [f.outcome for f in failures],
         now,
     )
     return rows
@@ -359,73 +363,6 @@ async def _refusal(conn: Connection, shard: int, run_id: int, scope: Scope) -> T
             f"run {public} is leased with a newer fencing token", field="fencingToken"
         )
     return StaleLease(f"run {public} is {row['state']}: the lease is gone", field="fencingToken")
-
-
-@dataclass(frozen=True, slots=True)
-class Reaped:
-    retried: int
-    dead: int
-    cancelled: int
-    # (tenant, job, priority rank) of each lease taken back: the per-job expiry metric.
-    expired: tuple[tuple[str, str, int], ...] = field(default=(), compare=False)
-
-    @property
-    def total(self) -> int:
-        return self.retried + self.dead + self.cancelled
-
-
-async def reap(
-    conn: Connection,
-    limit: int = 1000,
-    now: datetime | None = None,
-    rng: random.Random | None = None,
-) -> Reaped:
-    """Take back expired leases: each counts as a failed attempt (``lease-expired``)."""
-    async with conn.transaction():
-        rows = await conn.fetch(LOCK_EXPIRED, now, limit)
-        if not rows:
-            return Reaped(0, 0, 0)
-        decisions = [
-            _decision_for(
-                row, dict(LEASE_EXPIRED_ERROR, attempt=row["attempt"]), True, "lease-expired", rng
-            )
-            for row in rows
-        ]
-        await _record_failures(conn, decisions, now)
-    states = [d.state for d in decisions]
-    return Reaped(
-        retried=states.count(State.retry_wait),
-        dead=states.count(State.dead),
-        cancelled=states.count(State.cancelled),
-        expired=tuple((row["tenant"], row["job"], row["priority"]) for row in rows),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Promoted:
-    ready: int
-    skipped: int
-
-
-async def promote_due(conn: Connection, limit: int = 5000, now: datetime | None = None) -> Promoted:
-    """Flip due ``scheduled``/``retry_wait`` runs to ``ready`` and wake their workers.
-
-    First attempts past their starting deadline end ``skipped`` instead, and so do
-    ready first attempts that nobody leased in time.
-    """
-    async with conn.transaction():
-        rows = await conn.fetch(PROMOTE_DUE, limit, now)
-        late = await conn.fetch(SKIP_PAST_DEADLINE, limit, now)
-        ready_queues = [row["queue"] for row in rows if row["state"] == State.ready.value]
-        await notify_ready(conn, ready_queues)
-    skipped = len(rows) - len(ready_queues) + len(late)
-    return Promoted(ready=len(ready_queues), skipped=skipped)
-
-
-async def seconds_until_next_due(conn: Connection, now: datetime | None = None) -> float | None:
-    """Seconds until the earliest scheduled or retry-waiting run is due (None: none)."""
-    seconds = await conn.fetchval(SECONDS_UNTIL_NEXT_DUE, now)
-    return None if seconds is None else float(seconds)
 
 
 async def release(conn: Connection, granted: Sequence[Lease], now: datetime | None = None) -> int:

@@ -24,7 +24,7 @@ from typing import Final
 
 import asyncpg
 
-from tickwork.store import queries
+from tickwork.store import epochs, queries
 from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
@@ -87,11 +87,14 @@ async def ensure_partitions(
     now: datetime | None = None,
     days_ahead: int = DAYS_AHEAD,
     parent: str = "attempts",
+    *,
+    fence: epochs.Fence | None = None,
 ) -> list[str]:
     """Create the partitions of ``parent`` for today and the next ``days_ahead`` days;
     return the new ones."""
     created = []
     async with conn.transaction():
+        await epochs.check(conn, fence)
         await conn.execute(LOCK_SHARD_MAINTENANCE)
         first = await today(conn, now)
         existing = {row["name"] for row in await conn.fetch(LIST_PARTITIONS_OF, parent)}
@@ -118,24 +121,33 @@ async def ensure_partitions(
 
 
 async def ensure_all_partitions(
-    conn: Connection, now: datetime | None = None, days_ahead: int = DAYS_AHEAD
+    conn: Connection,
+    now: datetime | None = None,
+    days_ahead: int = DAYS_AHEAD,
+    *,
+    fence: epochs.Fence | None = None,
 ) -> list[str]:
     """``ensure_partitions`` for every day-partitioned table the schema has (a shard
     being migrated step by step may not have all of them yet)."""
     created = []
     for parent in PARTITIONED:
         if await conn.fetchval(TABLE_EXISTS, parent):
-            created += await ensure_partitions(conn, now, days_ahead, parent)
+            created += await ensure_partitions(conn, now, days_ahead, parent, fence=fence)
     return created
 
 
 async def drop_expired(
-    conn: Connection, now: datetime | None = None, retention_days: int = DEFAULT_RETENTION_DAYS
+    conn: Connection,
+    now: datetime | None = None,
+    retention_days: int = DEFAULT_RETENTION_DAYS,
+    *,
+    fence: epochs.Fence | None = None,
 ) -> list[str]:
     """Drop the daily partitions (attempts and finished runs) older than the retention,
     and forget the keys of runs that old; return the partitions' names."""
     dropped = []
     async with conn.transaction():
+        await epochs.check(conn, fence)
         await conn.execute(LOCK_SHARD_MAINTENANCE)
         cutoff = await today(conn, now) - timedelta(days=retention_days)
         cutoff_instant = datetime.combine(cutoff, time(), tzinfo=UTC)

@@ -8,6 +8,7 @@
 -- migration 0004_audit_by_time
 -- migration 0005_live_and_finished_runs
 -- migration 0006_kubernetes
+-- migration 0007_shard_leases
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -232,6 +233,15 @@ CREATE INDEX run_keys_created ON run_keys USING btree (created_at);
 CREATE UNIQUE INDEX run_keys_cron_due ON run_keys USING btree (tenant, job, due_at) WHERE (due_at IS NOT NULL);
 CREATE UNIQUE INDEX run_keys_idempotency ON run_keys USING btree (tenant, job, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
+CREATE TABLE scheduler_members (
+    identity text NOT NULL,
+    lease_seconds double precision NOT NULL,
+    renewed_at timestamp with time zone NOT NULL
+);
+ALTER TABLE scheduler_members ADD CONSTRAINT scheduler_members_lease_seconds_check CHECK ((lease_seconds > (0)::double precision));
+ALTER TABLE scheduler_members ADD CONSTRAINT scheduler_members_pkey PRIMARY KEY (identity);
+CREATE UNIQUE INDEX scheduler_members_pkey ON scheduler_members USING btree (identity);
+
 CREATE TABLE schema_version (
     version integer NOT NULL,
     name text NOT NULL,
@@ -249,6 +259,20 @@ CREATE TABLE shard_epoch (
 ALTER TABLE shard_epoch ADD CONSTRAINT shard_epoch_pkey PRIMARY KEY (singleton);
 ALTER TABLE shard_epoch ADD CONSTRAINT shard_epoch_singleton_check CHECK (singleton);
 CREATE UNIQUE INDEX shard_epoch_pkey ON shard_epoch USING btree (singleton);
+
+CREATE TABLE shard_lease (
+    singleton boolean NOT NULL DEFAULT true,
+    holder text,
+    lease_seconds double precision NOT NULL DEFAULT 10,
+    acquired_at timestamp with time zone,
+    renewed_at timestamp with time zone,
+    transitions bigint NOT NULL DEFAULT 0
+);
+ALTER TABLE shard_lease ADD CONSTRAINT shard_lease_lease_seconds_check CHECK ((lease_seconds > (0)::double precision));
+ALTER TABLE shard_lease ADD CONSTRAINT shard_lease_pkey PRIMARY KEY (singleton);
+ALTER TABLE shard_lease ADD CONSTRAINT shard_lease_singleton_check CHECK (singleton);
+ALTER TABLE shard_lease ADD CONSTRAINT shard_lease_transitions_check CHECK ((transitions >= 0));
+CREATE UNIQUE INDEX shard_lease_pkey ON shard_lease USING btree (singleton);
 
 CREATE TABLE shard_meta (
     singleton boolean NOT NULL DEFAULT true,

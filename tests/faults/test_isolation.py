@@ -1,0 +1,178 @@
+"""Failure isolation: with one shard's database hanging, the scheduler keeps every
+other shard at full speed, and ``/readyz`` names the hung shard; once it answers again
+the shard is owned and scheduled again. Workers are served from the other shards
+meanwhile.
+
+The scheduler's side runs on both coordination backends: through PostgreSQL (the hung
+shard's lease cannot be read, so nobody owns it) and through Kubernetes Leases (the
+lease stays held; the shard's passes fail)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import WORKER_TOKEN
+from kube import emulator
+
+from faults.conftest import SHARDS, eventually, proxied_map, serving
+from faults.proxy import TcpProxy
+from tickwork.cli.probes import Probes
+from tickwork.coordination import choice
+from tickwork.coordination.coordinator import Timing
+from tickwork.core.records import State
+from tickwork.core.shards import ShardMap
+from tickwork.core.spec import JobSpec
+from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.metrics import Metrics
+from tickwork.engine.scheduler import Scheduler
+from tickwork.store.database import Database, PoolSettings
+
+HUNG = 1
+# A hung statement is given up after 3 s: far longer than a healthy shard's pass, so a
+# loop shared between shards would show as healthy shards' runs made ready late.
+SLOW_POOLS = PoolSettings(command_timeout=3, acquire_timeout=3, connect_timeout=3)
+
+
+@contextlib.asynccontextmanager
+async def scheduling(
+    database: Database, kind: choice.Kind
+) -> AsyncIterator[tuple[Scheduler, Probes]]:
+    async with choice.coordinator(
+        database, kind=kind, identity="solo", timing=Timing(lease_seconds=2)
+    ) as coordinator:
+        scheduler = Scheduler(
+            database,
+            ownership=coordinator,
+            interval=0.1,
+            metrics=Metrics(),
+            retry_base_seconds=0.05,
+            retry_max_seconds=0.2,
+        )
+        probes = Probes(scheduler, coordinator, "127.0.0.1", 0)
+        await probes.start()
+        stop = asyncio.Event()
+        task = asyncio.create_task(scheduler.run(stop))
+        try:
+            yield scheduler, probes
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+            await probes.stop()
+
+
+async def ready(probes: Probes) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=2) as client:
+        answer = await client.get(f"{probes.url}/readyz")
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+@pytest.mark.parametrize("kind", ["postgres", "kubernetes"])
+async def test_a_hung_shard_is_named_by_readyz_and_the_others_keep_their_pace(
+    kind: choice.Kind,
+    fault_url: str,
+    proxies: list[TcpProxy],
+    kube: emulator.Emulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if kind == "kubernetes":
+        await kube.create_namespace(choice.DEFAULT_NAMESPACE)
+        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+    async with (
+        Database(proxied_map(fault_url, proxies), SLOW_POOLS) as database,
+        Database(ShardMap.from_dsns([fault_url], SHARDS)) as direct,
+    ):
+        jobs = Jobs(direct)  # the test's own links, around the proxies
+        names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
+        for name in names.values():
+            await jobs.put("acme", name, JobSpec(), "test")
+        async with scheduling(database, kind) as (_, probes):
+            await eventually(
+                lambda: probes.coordinator.owned().keys() == set(range(SHARDS)),
+                what="every shard owned",
+            )
+            proxies[HUNG].hang()
+            await eventually(
+                lambda: probes.state()["down"] == [HUNG], within=8, what="/readyz naming it"
+            )
+            assert (await ready(probes))["down"] == [HUNG]
+            # Meanwhile every other shard is scheduled as fast as ever.
+            healthy = [s for s in range(SHARDS) if s != HUNG]
+            for _ in range(3):
+                made = [
+                    (await jobs.enqueue("acme", names[s], EnqueueRequest(delay_seconds=0.2), "t"))[
+                        0
+                    ]
+                    for s in healthy
+                ]
+                started = time.monotonic()
+                for run in made:
+
+                    async def flipped(run_id: str = run.run_id) -> bool:
+                        return (await jobs.run(run_id))[0].state is State.ready
+
+                    await eventually(flipped, within=1.5, what="a healthy shard's run ready")
+                assert time.monotonic() - started < 1.0
+            assert (await ready(probes))["down"] == [HUNG]
+
+            proxies[HUNG].heal()
+            await eventually(
+                lambda: probes.state()["down"] == [] and HUNG in probes.coordinator.owned(),
+                within=10,
+                what="the shard owned and scheduled again",
+            )
+            run, _ = await jobs.enqueue("acme", names[HUNG], EnqueueRequest(delay_seconds=0.1), "t")
+
+            async def recovered() -> bool:
+                return (await jobs.run(run.run_id))[0].state is State.ready
+
+            await eventually(recovered, within=5, what="the healed shard scheduled")
+
+
+async def test_workers_are_served_from_the_other_shards_while_one_hangs(
+    fault_url: str, proxies: list[TcpProxy]
+) -> None:
+    async with (
+        serving(proxied_map(fault_url, proxies), SLOW_POOLS) as api,
+        Database(ShardMap.from_dsns([fault_url], SHARDS)) as direct,
+        httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {WORKER_TOKEN}"}, timeout=10
+        ) as worker,
+    ):
+        jobs = Jobs(direct)
+        names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
+        for name in names.values():
+            await jobs.put("acme", name, JobSpec(), "test")
+        for name in names.values():
+            for _ in range(30):
+                await jobs.enqueue("acme", name, EnqueueRequest(), "test")
+        proxies[HUNG].hang()
+        took, leased = [], []
+        for _ in range(30):
+            started = time.monotonic()
+            answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 2})
+            took.append(time.monotonic() - started)
+            assert answer.status_code == 200, answer.text
+            leased += [item["runId"] for item in answer.json()["leases"]]
+        # Every call served (from the healthy shards) without waiting on the hung one:
+        # at most one call pays the bound of a claim, and a retry of it a short probe.
+        assert len(leased) == 60 and not [r for r in leased if r.startswith(f"r{HUNG}-")]
+        assert sorted(took)[-2] < 0.5, took
+        assert max(took) < api.services.dispatcher.claim_seconds + 1, took
+        assert sorted(took)[len(took) // 2] < 0.1, took
+        async with httpx.AsyncClient(base_url=api.url, timeout=5) as anyone:
+            readiness = (await anyone.get("/readyz")).json()
+        assert readiness["down"] == [HUNG]
+        proxies[HUNG].heal()
+
+        async def served_again() -> bool:
+            answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 100})
+            return any(i["runId"].startswith(f"r{HUNG}-") for i in answer.json()["leases"])
+
+        await eventually(served_again, within=10, every=0.2, what="the healed shard served")
