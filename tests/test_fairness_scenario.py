@@ -38,8 +38,15 @@ async def _b_lags(api_server: ApiServer, flood: bool) -> list[float]:
                 answer = await a.post("/v1/jobs/slow/runs:batch", json={"runs": [{}] * 1000})
                 assert answer.status_code == 200, answer.text
 
+        started_slow = 0
+        holding = asyncio.Event()
+
         async def slow(_context: RunContext) -> None:
-            await asyncio.sleep(0.3)
+            nonlocal started_slow
+            started_slow += 1
+            if started_slow >= 4:
+                holding.set()
+            await asyncio.sleep(0.3)  # a slow job: the workers it holds are the point
 
         worker = Worker(
             api_server.url, ADMIN_TOKEN, queues=["default"], concurrency=6, wait_seconds=2
@@ -48,7 +55,8 @@ async def _b_lags(api_server: ApiServer, flood: bool) -> list[float]:
         worker.register(lambda _context: None, job="urgent")
         task = asyncio.create_task(worker.run())
         try:
-            await asyncio.sleep(0.5)  # the flood holds its four slots now
+            if flood:  # the flood holds its four slots
+                await asyncio.wait_for(holding.wait(), 10)
             loop = asyncio.get_running_loop()
             started = loop.time()
             ids = []

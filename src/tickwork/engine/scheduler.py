@@ -156,7 +156,6 @@ class Scheduler:
         self._retry_at: dict[int, float] = {}
         self._rng = rng or random.Random()
         self.test_signals = SchedulerSignals()
-        self.passes = 0
         self._wake = asyncio.Event()
         self._wakes: dict[int, asyncio.Event] = {}  # per shard loop
         ownership.subscribe(self._on_ownership)
@@ -283,7 +282,6 @@ class Scheduler:
         due = [(s, t) for s, t in sorted(owned.items()) if self._retry_at.get(s, moment) <= moment]
         results = await asyncio.gather(*(self._guarded_tick(shard, term) for shard, term in due))
         reports = [report for report in results if report is not None]
-        self.passes += 1
         self.test_signals.passed.signal(reports)
         return reports
 
@@ -370,8 +368,9 @@ class Scheduler:
     def _failed(self, shard: int, error: Exception) -> None:
         failures = self._failures.get(shard, 0) + 1
         self._failures[shard] = failures
-        ceiling = backoff.ceiling(failures, self.retry_base_seconds, self.retry_max_seconds)
-        delay = self._rng.uniform(ceiling / 2, ceiling)
+        delay = backoff.delay(
+            failures, self.retry_base_seconds, self.retry_max_seconds, self._rng
+        ).total_seconds()
         self._retry_at[shard] = asyncio.get_running_loop().time() + delay
         outage = outages.is_outage(error)
         if self.metrics is not None:
@@ -491,7 +490,6 @@ class Scheduler:
             retry_at = self._retry_at.get(shard)
             if retry_at is None or retry_at <= loop.time():
                 report = await self._guarded_tick(shard, term)
-                self.passes += 1
                 self.test_signals.passed.signal([] if report is None else [report])
             halting = asyncio.create_task(halt.wait())
             woken = asyncio.create_task(wake.wait())
