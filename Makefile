@@ -15,7 +15,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,embedded,operator,dev]'
+	$(BIN)/pip install --quiet -e '.[server,embedded,operator,kubernetes,dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install tickwork (editable) with the dev tools
@@ -24,8 +24,8 @@ run: $(STAMP) ## run tickwork dev on an embedded PostgreSQL with the examples an
 	$(BIN)/tickwork dev --manifests examples/jobs --demo-worker
 
 lint: $(STAMP) ## ruff, mypy --strict and the import-linter layers
-	$(BIN)/ruff check src tests soak
-	$(BIN)/ruff format --check src tests soak
+	$(BIN)/ruff check src tests soak e2e
+	$(BIN)/ruff format --check src tests soak e2e
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
 
@@ -51,8 +51,8 @@ bench: $(STAMP) ## throughput benchmarks (prints a table)
 soak: $(STAMP) ## minutes of random faults under load (kill -9, SIGSTOP, crashes, partitions); checks nothing is lost
 	$(BIN)/python -m soak $(SOAK_ARGS)
 
-e2e: $(STAMP) ## end-to-end tests on a kind cluster (needs Docker)
-	e2e/run.sh
+e2e: $(STAMP) ## end-to-end tests on a kind cluster (needs docker, kind, kubectl, helm; else exit 2)
+	PYTHON=$(abspath $(BIN))/python e2e/run.sh
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -564,4 +564,7 @@ async def test_metrics_count_leases_and_start_lag(api_server: ApiServer) -> None
     assert 'tickwork_leases_total{priority="critical",queue="default"} 1.0' in text
     assert 'tickwork_start_lag_seconds_count{priority="critical"} 1.0' in text
     assert "tickwork_start_lag_seconds_bucket" in text
+    assert 'tickwork_schedule_lag_seconds_count{priority="critical"} 1.0' in text
+    # No job opted in to per-job series: the lease counts under _other.
+    assert 'tickwork_job_leases_total{priority="critical",tickwork_job="_other"} 1.0' in text
     assert 'tickwork_completions_total{state="succeeded"} 1.0' in text

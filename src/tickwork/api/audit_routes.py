@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
-from tickwork.api import models, render, responses
+from tickwork.api import auth, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
 from tickwork.core import limits
@@ -47,6 +47,7 @@ async def list_audit(
 ) -> Response:
     caller.require(Role.team)
     owner = caller.tenant_for(tenant)
+    await auth.authorize(caller, auth.Action("list", "audit", owner))
     if job is not None:
         try:
             check_name(job)

@@ -2,8 +2,14 @@
 
 A bearer token maps to a ``Principal``: a tenant, a role (team, worker, admin) and, for
 workers, the queues they may lease. The ``Authenticator`` protocol is the seam where
-Kubernetes TokenReview/SubjectAccessReview plugs in; outside Kubernetes the mapping is a
-tokens file. Tokens are compared in constant time.
+Kubernetes TokenReview/SubjectAccessReview plugs in (``kubernetes_auth``); outside
+Kubernetes the mapping is a tokens file. Tokens are compared in constant time.
+
+Every route names what it does as ``Action``s (verb, resource, tenant, name: the
+attributes of a Kubernetes ``SubjectAccessReview``) and asks ``authorize``. A tokens-file
+principal is decided by its role, which the routes check as they always have; a
+Kubernetes principal carries ``Grants`` that ask the API server (cached), so RBAC on the
+``tickwork.dev`` API group decides each call.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -33,6 +39,34 @@ class Role(enum.StrEnum):
     team = "team"  # manages its tenant's jobs, runs and DLQ
     worker = "worker"  # leases, heartbeats and completes runs of its queues
     admin = "admin"  # everything, for any tenant (``?tenant=``)
+    # A Kubernetes ServiceAccount: RBAC decides each call (SubjectAccessReview).
+    kubernetes = "kubernetes"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing a call does, in the terms of a Kubernetes ``SubjectAccessReview`` on
+    the ``tickwork.dev`` API group: ``verb`` on ``resource`` (``name`` when the call
+    names one) in the namespace ``tenant``. ``path`` instead names a non-resource URL
+    (``/metrics``)."""
+
+    verb: str
+    resource: str = ""
+    tenant: str = ""
+    name: str | None = None
+    path: str | None = None
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return f"{self.verb} {self.path}"
+        named = f" {self.name!r}" if self.name else ""
+        return f"{self.verb} {self.resource}{named} in namespace {self.tenant!r}"
+
+
+class Grants(Protocol):
+    async def check(self, actions: Sequence[Action]) -> None:
+        """Return if every action is allowed; raise ``Forbidden`` naming the first that
+        is not (or ``AuthUnavailable`` when nobody can tell)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +76,15 @@ class Principal:
     role: Role
     # None: every queue of the tenant (teams and admins).
     queues: frozenset[str] | None = None
+    # Who decides each action (Kubernetes principals); None: the role alone decides.
+    grants: Grants | None = field(default=None, compare=False)
 
     def tenant_for(self, requested: str | None) -> str:
-        """The tenant a call acts for: the caller's own, or any for an admin."""
+        """The tenant a call acts for: the caller's own, or any for an admin; a
+        Kubernetes principal may name any, and RBAC in that namespace decides."""
         if requested is None or requested == self.tenant:
             return self.tenant
-        if self.role is Role.admin:
+        if self.role in (Role.admin, Role.kubernetes):
             try:
                 check_tenant(requested)
             except ValueError as error:
@@ -58,7 +95,7 @@ class Principal:
         )
 
     def require(self, *roles: Role) -> None:
-        if self.role not in roles and self.role is not Role.admin:
+        if self.role not in roles and self.role not in (Role.admin, Role.kubernetes):
             allowed = ", ".join(r.value for r in roles)
             raise Forbidden(f"this call needs a {allowed} token, not {self.role.value}")
 
@@ -72,13 +109,24 @@ class Principal:
     def scope(self) -> Scope:
         """The runs this caller may see and act on: an admin's, any; a team's, its
         tenant's; a worker's, its tenant's in its queues. The engine enforces it in
-        the transaction that acts."""
+        the transaction that acts. A Kubernetes principal's scope is its namespace (its
+        heartbeats and completions: the run's tenant must be the token's namespace);
+        its reads and actions on runs by id are scoped by RBAC instead (``authorize``
+        on the run's namespace and job)."""
         if self.role is Role.admin:
             return Scope()
         return Scope(
             tenant=self.tenant,
             queues=None if self.queues is None else tuple(sorted(self.queues)),
         )
+
+
+async def authorize(principal: Principal, *actions: Action) -> None:
+    """Raise ``Forbidden`` unless ``principal`` may do every one of ``actions``. A
+    tokens-file principal's role was checked by the route (``require``); a Kubernetes
+    principal asks its grants."""
+    if principal.grants is not None and actions:
+        await principal.grants.check(actions)
 
 
 class Authenticator(Protocol):

@@ -11,12 +11,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from starlette.responses import Response
 
-from tickwork.api import bodies, models, render, responses
+from tickwork.api import auth, bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, principal, services
 from tickwork.core import fields, limits
-from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
-from tickwork.core.records import State
+from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
+from tickwork.core.records import Attempt, Run, Scope, State
 from tickwork.core.spec import JobSpec, check_name
 from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 
@@ -65,13 +65,42 @@ def _job_name(name: str) -> str:
     return name
 
 
-def _team(caller: Principal, tenant: str | None) -> str:
+async def _team(
+    caller: Principal, tenant: str | None, verb: str, resource: str, name: str | None = None
+) -> str:
+    """The tenant a team call acts for, once the caller may do ``verb`` on
+    ``resource`` (``name``) there."""
     caller.require(Role.team)
-    return caller.tenant_for(tenant)
+    owner = caller.tenant_for(tenant)
+    await auth.authorize(caller, auth.Action(verb, resource, owner, name))
+    return owner
 
 
 def _limit(svc: Services, limit: int | None) -> int:
     return limit or svc.settings.default_page_size
+
+
+async def _owned_run(
+    svc: Services, caller: Principal, run_id: str, action: tuple[str, str], *roles: Role
+) -> tuple[Run, list[Attempt], Scope]:
+    """The run with its attempts, if ``caller`` may see it and do ``action`` (verb,
+    resource) on it, and the scope to act on it in. Another tenant's run, or for a
+    worker token a run outside its queues, is absent (the engine checks the scope); for
+    a Kubernetes principal RBAC on the run's namespace and job decides, and a run it
+    may not touch in another namespace is absent too."""
+    caller.require(*roles)
+    if caller.role is not Role.kubernetes:
+        run, attempts = await svc.jobs.run(run_id, caller.scope())
+        return run, attempts, caller.scope()
+    run, attempts = await svc.jobs.run(run_id)
+    verb, resource = action
+    try:
+        await auth.authorize(caller, auth.Action(verb, resource, run.tenant, run.job))
+    except Forbidden:
+        if run.tenant != caller.tenant:
+            raise NotFound(f"no run {run.run_id!r}", field="runId") from None
+        raise
+    return run, attempts, Scope(tenant=run.tenant)
 
 
 async def _admit(svc: Services, tenant: str, runs: int) -> None:
@@ -102,7 +131,7 @@ async def put_job(
     request: Request,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
     try:
         check_name(name)
     except ValueError as error:
@@ -119,7 +148,7 @@ async def put_job(
     responses={200: {"model": models.Job}, **_errors},
 )
 async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "get", "scheduledjobs", name)
     return responses.json(await _job_document(svc, owner, _job_name(name)))
 
 
@@ -131,7 +160,7 @@ async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam =
 async def delete_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "delete", "scheduledjobs", name)
     cancelled, requested = await svc.jobs.delete(owner, _job_name(name), caller.subject)
     return responses.json(
         {
@@ -153,7 +182,7 @@ async def list_jobs(
     cursor: Cursor = None,
     limit: Limit = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "list", "scheduledjobs")
     if cursor is not None:
         try:
             check_name(cursor)  # the cursor is the last name of the previous page
@@ -172,7 +201,7 @@ async def list_jobs(
 async def pause_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
     await svc.jobs.set_paused(owner, _job_name(name), True, caller.subject)
     return responses.json(await _job_document(svc, owner, name))
 
@@ -185,7 +214,7 @@ async def pause_job(
 async def resume_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
     await svc.jobs.set_paused(owner, _job_name(name), False, caller.subject)
     return responses.json(await _job_document(svc, owner, name))
 
@@ -224,7 +253,7 @@ async def enqueue(
     idempotency_key: IdempotencyKey = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "create", "runs", name)
     _job_name(name)
     body = await bodies.model(request, models.EnqueueRequest, required=False)
     body = body or models.EnqueueRequest()
@@ -262,7 +291,7 @@ async def enqueue(
 async def enqueue_batch(
     name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "create", "runs", name)
     _job_name(name)
     document = await bodies.document(request, lenient=True)
     if not isinstance(document, dict):
@@ -343,7 +372,7 @@ async def list_runs(
     limit: Limit = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "list", "runs")
     if cursor is not None:
         try:
             svc.jobs.locate_run(cursor)
@@ -361,9 +390,9 @@ async def list_runs(
     responses={200: {"model": models.RunWithAttempts}, **_errors},
 )
 async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    # Another tenant's run, or for a worker token a run outside its queues, is absent.
-    caller.require(Role.team, Role.worker)
-    run, attempts = await svc.jobs.run(run_id, caller.scope())
+    run, attempts, _ = await _owned_run(
+        svc, caller, run_id, ("get", "runs"), Role.team, Role.worker
+    )
     return responses.json(render.run_with_attempts(run, attempts))
 
 
@@ -377,8 +406,8 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    caller.require(Role.team)
-    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject, caller.scope())))
+    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "runs"), Role.team)
+    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject, scope)))
 
 
 @router.get(
@@ -392,7 +421,7 @@ async def list_dead(
     limit: Limit = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = _team(caller, tenant)
+    owner = await _team(caller, tenant, "list", "dlq")
     if job is not None:
         _job_name(job)
     after = None if cursor is None else DeadCursor.decode(cursor)
@@ -415,8 +444,8 @@ async def list_dead(
     },
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    caller.require(Role.team)
-    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject, caller.scope())))
+    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
+    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject, scope)))
 
 
 @router.post(
@@ -429,7 +458,5 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    caller.require(Role.team)
-    return responses.json(
-        render.run(await svc.jobs.discard(run_id, caller.subject, caller.scope()))
-    )
+    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
+    return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject, scope)))

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from tickwork.api import models, responses
+from tickwork.api import auth, models, responses
 from tickwork.api.auth import Principal
 from tickwork.api.services import principal, services
 from tickwork.engine import metrics
@@ -49,8 +49,11 @@ async def readyz(request: Request) -> Response:
     },
 )
 async def prometheus(
-    request: Request, _caller: Annotated[Principal, Depends(principal)]
+    request: Request, caller: Annotated[Principal, Depends(principal)]
 ) -> Response:
+    # A Kubernetes principal needs RBAC's nonResourceURLs "/metrics" (as kube-rbac-proxy
+    # asks), so a scrape token is not a key to every tenant's queue names.
+    await auth.authorize(caller, auth.Action("get", path="/metrics"))
     return Response(services(request).metrics.render(), media_type=metrics.CONTENT_TYPE)
 
 

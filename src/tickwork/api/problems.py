@@ -14,6 +14,7 @@ from starlette.responses import Response
 from tickwork.api import render
 from tickwork.core import spec
 from tickwork.core.errors import (
+    AuthUnavailable,
     InvalidRequest,
     InvalidSchedule,
     NotFound,
@@ -41,7 +42,7 @@ STORE_RETRY_AFTER: Final = 1.0
 
 
 def headers_of(error: TickworkError) -> dict[str, str]:
-    if isinstance(error, QuotaExceeded | StoreUnavailable | ServerBusy):
+    if isinstance(error, QuotaExceeded | StoreUnavailable | ServerBusy | AuthUnavailable):
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     return {}
 

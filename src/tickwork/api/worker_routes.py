@@ -17,7 +17,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import bodies, models, render, responses
+from tickwork.api import auth, bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, caller, services
 from tickwork.core import fields, limits
@@ -177,9 +177,13 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
     for lease in granted:
         priority = Priority.from_rank(lease.priority).value
         svc.metrics.leases.labels(lease.queue, priority).inc()
+        job = svc.metrics.job_label(lease.tenant, lease.job)
+        svc.metrics.job_leases.labels(job, priority).inc()
         if lease.attempt == 1:
             lag = (lease.leased_at - lease.ready_at).total_seconds()
             svc.metrics.start_lag.labels(priority).observe(max(lag, 0.0))
+            late = (lease.leased_at - lease.due_at).total_seconds()
+            svc.metrics.schedule_lag.labels(priority).observe(max(late, 0.0))
 
 
 @router.post(
@@ -205,6 +209,9 @@ async def lease(request: Request) -> Response:
         except ValueError as error:
             raise InvalidRequest(f"queues[{index}]: {error}", field=f"queues[{index}]") from None
     caller.check_queues(queues)
+    await auth.authorize(
+        caller, *(auth.Action("lease", "queues", caller.tenant, queue) for queue in queues)
+    )
     limit = int(_number(document, "max", 1, 1, limits.MAX_LEASE_BATCH))
     if document.get("max", 1) != limit:
         raise InvalidRequest("max must be an integer", field="max")

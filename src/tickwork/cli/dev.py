@@ -88,7 +88,7 @@ class _Run:
 def dev(**given: Any) -> None:
     """Every role in one process: for a laptop, a demo or a test."""
     settings = options.load(DevSettings, given)
-    options.configure_logging()
+    options.configure_logging(settings.log)
     # Before anything starts: a taken port is the most common way this fails.
     listener = options.listen("dev", HOST, settings.port)
     try:

@@ -27,7 +27,7 @@ START_CHECK_SECONDS = 5.0
 def operator(**given: Any) -> None:
     """Reconcile ScheduledJob objects: definitions, status, Events, admission."""
     settings = options.load(OperatorSettings, given)
-    options.configure_logging()
+    options.configure_logging(settings.log)
     # Kopf narrates every handler call at INFO; its warnings and errors stay, but for
     # the admission refusals it logs as errors: a refused object is not the operator's
     # failure (the handler logs each refusal at INFO).

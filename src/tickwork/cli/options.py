@@ -24,10 +24,23 @@ import annotated_types
 import click
 import pydantic
 from pydantic.fields import FieldInfo
+from pythonjsonlogger import json as jsonlogger
 
 from tickwork.api import server
-from tickwork.core.settings import ApiSettings, DatabaseSettings, Setting, Settings, settings_of
+from tickwork.api.review_settings import ReviewSettings
+from tickwork.core.settings import (
+    ApiSettings,
+    DatabaseSettings,
+    DispatcherSettings,
+    KubernetesAuthSettings,
+    LogSettings,
+    MetricsSettings,
+    Setting,
+    Settings,
+    settings_of,
+)
 from tickwork.core.shards import ShardMap
+from tickwork.engine.metrics import JobLabels
 
 F = TypeVar("F", bound=Callable[..., Any])
 S = TypeVar("S", bound=Settings)
@@ -170,13 +183,13 @@ def shard_map(database_urls: tuple[str, ...], shards: int) -> ShardMap:
         raise click.UsageError(str(error)) from error
 
 
-def listen(role: str, host: str, port: int) -> socket.socket:
+def listen(role: str, host: str, port: int, option: str = "--port") -> socket.socket:
     """The API's listening socket, bound before the role starts anything else; a taken
     port is one line on stderr and exit status 1, not a traceback."""
     try:
         return server.listen(host, port)
     except server.PortInUse:
-        message = f"port {port} is in use; pass --port"
+        message = f"port {port} is in use; pass {option}"
     except server.CannotListen as error:
         message = str(error)
     click.echo(f"tickwork {role}: {message}", err=True)
@@ -192,13 +205,60 @@ class _ActionFormatter(logging.Formatter):
         return super().format(record)
 
 
-def configure_logging(level: str | None = None) -> None:
+def _formatter(log_format: str) -> logging.Formatter:
+    if log_format == "json":
+        # One object a line: time, level, logger, message, and every extra the call
+        # gave (the stable `action` key, shard, run, ...), which log pipelines index.
+        return jsonlogger.JsonFormatter(
+            "{asctime}{levelname}{name}{message}",
+            style="{",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            datefmt="%Y-%m-%dT%H:%M:%S%z",
+        )
+    return _ActionFormatter("%(asctime)s %(levelname)-7s %(name)s%(action_tag)s %(message)s")
+
+
+def configure_logging(log: LogSettings | None = None) -> None:
+    """Log to stderr as the role's ``--log-format`` and ``--log-level`` say."""
+    log = log or LogSettings()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        _ActionFormatter("%(asctime)s %(levelname)-7s %(name)s%(action_tag)s %(message)s")
-    )
+    handler.setFormatter(_formatter(log.format))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel((level or os.environ.get("TICKWORK_LOG_LEVEL") or "INFO").upper())
+    root.setLevel(log.level)
     # The embedded PostgreSQL narrates every pg_ctl call at INFO.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+
+
+# Where a pod finds its ServiceAccount token: its presence means "running in a pod".
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def in_pod() -> bool:
+    return SERVICE_ACCOUNT_TOKEN.is_file()
+
+
+def auth_method(settings: DispatcherSettings) -> str:
+    """``--auth``, or its default: kubernetes in a pod without a tokens file."""
+    auth = settings.auth
+    if auth is None:
+        auth = "kubernetes" if settings.tokens_file is None and in_pod() else "tokens"
+    if auth == "tokens" and settings.tokens_file is None:
+        raise click.UsageError("give --tokens (or set TICKWORK_TOKENS_FILE), or --auth kubernetes")
+    return auth
+
+
+def review_settings(settings: KubernetesAuthSettings) -> ReviewSettings:
+    """What Kubernetes-native authentication is told."""
+    return ReviewSettings(
+        cache_seconds=settings.cache_seconds,
+        negative_cache_seconds=settings.cache_seconds / 2,
+        cache_size=settings.cache_size,
+        timeout_seconds=settings.timeout_seconds,
+        audiences=tuple(a for given in settings.audiences for a in given.split()),
+    )
+
+
+def job_labels(settings: MetricsSettings) -> JobLabels:
+    patterns = (pattern for given in settings.jobs for pattern in given.split())
+    return JobLabels(patterns, limit=settings.job_limit)

@@ -7,6 +7,9 @@ engine over the shards; none touches the store itself.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -20,8 +23,9 @@ from tickwork.coordination import choice
 from tickwork.coordination.coordinator import Timing
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.settings import DispatcherSettings, MigrateSettings, SchedulerSettings
-from tickwork.engine import installation
+from tickwork.engine import canary, installation
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.observer import ShardObserver
 from tickwork.engine.scheduler import Scheduler
 
 
@@ -30,7 +34,7 @@ from tickwork.engine.scheduler import Scheduler
 def migrate(**given: Any) -> None:
     """Create or upgrade the schema of every shard (safe to run twice)."""
     settings = options.load(MigrateSettings, given)
-    options.configure_logging()
+    options.configure_logging(settings.log)
     shard_map = options.shard_map_of(settings.database)
     try:
         applied = asyncio.run(installation.migrate(shard_map))
@@ -44,8 +48,8 @@ def migrate(**given: Any) -> None:
 @click.command()
 @options.settings_options(SchedulerSettings)
 def scheduler(**given: Any) -> None:
-    """Materialise cron runs, flip due runs to ready and reap expired leases, on the
-    shards this replica owns.
+    """Materialise cron runs, flip due runs to ready, reap expired leases, enqueue
+    each shard's canary and report its backlog, on the shards this replica owns.
 
     Run as many replicas as you like: they share the shards through leases (one per
     shard), each aiming at ceil(shards / live replicas), and a dead replica's shards
@@ -53,9 +57,10 @@ def scheduler(**given: Any) -> None:
     flight and releases the leases, so the next owner need not wait them out.
     """
     settings = options.load(SchedulerSettings, given)
-    options.configure_logging()
+    options.configure_logging(settings.log)
     shard_map = options.shard_map_of(settings.database)
     owning = settings.coordination
+    metrics = Metrics(job_labels=options.job_labels(settings.metrics))
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -76,13 +81,16 @@ def scheduler(**given: Any) -> None:
                     ownership=coordinator,
                     interval=settings.interval,
                     batch=settings.batch,
-                    metrics=Metrics(),
+                    metrics=metrics,
                     retention_days=settings.retention_days,
                     maintenance_interval=settings.maintenance_interval,
                     retry_base_seconds=settings.retry_base_seconds,
                     retry_max_seconds=settings.retry_max_seconds,
                     stall_seconds=owning.stall_seconds,
                     takeover_wait_seconds=owning.takeover_wait_seconds,
+                    observer=ShardObserver(
+                        metrics, interval=timedelta(seconds=settings.observe_interval)
+                    ),
                 )
                 probes = None
                 if settings.health_port >= 0:
@@ -116,28 +124,38 @@ def dispatcher(**given: Any) -> None:
     """Serve the HTTP API and the dashboard at /ui/ (stateless; run as many as needed:
     give them all the same TICKWORK_UI_SECRET so a dashboard session works on each)."""
     settings = options.load(DispatcherSettings, given)
-    options.configure_logging()
+    options.configure_logging(settings.log)
     shard_map = options.shard_map_of(settings.database)
+    method = options.auth_method(settings)
     try:
-        tokens = StaticTokens.from_file(settings.tokens_file)
+        tokens = (
+            None if settings.tokens_file is None else StaticTokens.from_file(settings.tokens_file)
+        )
     except ValueError as error:
         raise click.ClickException(str(error)) from error
     api = options.with_quotas_of(settings.api, tokens)
+    reviews = options.review_settings(settings.kubernetes)
+    metrics = Metrics(job_labels=options.job_labels(settings.metrics))
     listener = options.listen("dispatcher", settings.host, settings.port)
 
     async def main() -> None:
         stop = asyncio.Event()
         remove = runtime.stop_on_signals(stop)
         try:
-            async with installation.opened(
-                shard_map, settings.database.pool, priority_weights=api.priority_weights
-            ) as engine:
-                services = runtime.api_services(engine, tokens, Metrics(), api)
+            async with (
+                installation.opened(
+                    shard_map, settings.database.pool, priority_weights=api.priority_weights
+                ) as engine,
+                runtime.authenticator(method, tokens, reviews) as authenticator,
+            ):
+                services = runtime.api_services(engine, authenticator, metrics, api)
                 server = HttpServer(
                     create_app(services), settings.host, sock=listener, limits=settings.edge
                 )
                 click.echo(f"tickwork API on {await server.start()}")
-                await stop.wait()
+                # The dispatcher's half of the canary: complete the shards' canary runs.
+                worker = f"canary@{socket.gethostname()}:{os.getpid()}"
+                await canary.work(engine.dispatcher, stop, worker, settings.canary_interval)
                 await server.stop()
         finally:
             remove()

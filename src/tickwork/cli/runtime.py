@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from tickwork.api.auth import Authenticator
+import click
+
+from tickwork.api.auth import Authenticator, FirstMatch, StaticTokens
+from tickwork.api.review_settings import ReviewSettings
 from tickwork.api.services import Services
 from tickwork.core.settings import ApiSettings
 from tickwork.engine.installation import Installation
@@ -27,6 +30,31 @@ def api_services(
         metrics=metrics,
         settings=settings or ApiSettings(),
     )
+
+
+@contextlib.asynccontextmanager
+async def authenticator(
+    method: str, tokens: StaticTokens | None, reviews: ReviewSettings
+) -> AsyncIterator[Authenticator]:
+    """The dispatcher's authenticator: the tokens file, or Kubernetes (TokenReview and
+    SubjectAccessReview) with the tokens file, when given, asked first."""
+    if method == "tokens":
+        assert tokens is not None
+        yield tokens
+        return
+    try:
+        from tickwork.api import kubernetes_auth
+    except ModuleNotFoundError as error:
+        raise click.ClickException(
+            f"--auth kubernetes needs the kubernetes extra (missing module {error.name!r}): "
+            "pip install 'tickwork[server,kubernetes]'"
+        ) from error
+    api = await kubernetes_auth.api_client()
+    try:
+        reviewed = kubernetes_auth.KubernetesAuth(api, reviews)
+        yield reviewed if tokens is None else FirstMatch([tokens, reviewed])
+    finally:
+        await api.close()
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:

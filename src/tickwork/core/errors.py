@@ -162,3 +162,17 @@ class ServerBusy(TickworkError):
     def __init__(self, detail: str, *, retry_after: float = 1.0, field: str | None = None) -> None:
         super().__init__(detail, field=field)
         self.retry_after = retry_after
+
+
+class AuthUnavailable(TickworkError):
+    """The identity provider (the Kubernetes API server's TokenReview and
+    SubjectAccessReview) did not answer in time or failed: nobody is let in until it
+    does. Repeat the call after ``retry_after`` seconds; the token may well be valid."""
+
+    slug = "auth-unavailable"
+    status = 503
+    title = "Authentication unavailable"
+
+    def __init__(self, detail: str, *, retry_after: float = 1.0, field: str | None = None) -> None:
+        super().__init__(detail, field=field)
+        self.retry_after = retry_after

@@ -145,6 +145,65 @@ class DatabaseSettings(Settings):
     """The connection pools."""
 
 
+class LogSettings(Settings):
+    """How a role logs (to stderr): every role has these."""
+
+    format: Annotated[
+        Literal["text", "json"], Option("--log-format", env="TICKWORK_LOG_FORMAT")
+    ] = "text"
+    """``text`` (time level logger [action] message) or ``json`` (one object a line:
+    time, level, logger, message and the call's fields, with the stable ``action``
+    key)."""
+
+    level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+        Option("--log-level", env="TICKWORK_LOG_LEVEL"),
+    ] = "INFO"
+    """Log level."""
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class MetricsSettings(Settings):
+    """Which jobs get series of their own in the per-job metrics."""
+
+    jobs: Annotated[tuple[str, ...], Option("--metrics-job", env="TICKWORK_METRICS_JOBS")] = ()
+    """A job (``tenant/name``; shell patterns such as ``payments/*``) with its own
+    series in the per-job metrics, repeatable (the variable: space-separated); at most
+    ``job_limit`` jobs, every other job counts under ``tickwork_job="_other"``."""
+
+    job_limit: Annotated[int, Field(ge=0)] = 200
+    """Jobs with series of their own at most, per process."""
+
+
+class KubernetesAuthSettings(Settings):
+    """``--auth kubernetes``: ServiceAccount tokens checked with TokenReview, each call
+    authorised with SubjectAccessReview on the ``tickwork.dev`` API group (namespace =
+    tenant)."""
+
+    cache_seconds: Annotated[
+        float, Field(ge=0), Option("--auth-cache-seconds", env="TICKWORK_AUTH_CACHE_SECONDS")
+    ] = 10.0
+    """Seconds a TokenReview or SubjectAccessReview answer is reused (a refusal: half as
+    long)."""
+
+    audiences: Annotated[
+        tuple[str, ...], Option("--auth-audience", env="TICKWORK_AUTH_AUDIENCE")
+    ] = ()
+    """An audience the ServiceAccount token must be issued for, repeatable (a projected
+    token with this audience cannot be replayed to the API server)."""
+
+    cache_size: Annotated[int, Field(ge=1)] = 10_000
+    """Answers each cache holds at most (least recently used go first)."""
+
+    timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    """Seconds one review may take before the call is refused with 503
+    auth-unavailable."""
+
+
 # --- the roles ---
 
 
@@ -153,6 +212,9 @@ class MigrateSettings(Settings):
 
     database: DatabaseSettings = DatabaseSettings()
     """Where the shards live."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""
 
 
 class CoordinationSettings(Settings):
@@ -216,6 +278,9 @@ class SchedulerSettings(Settings):
     database: DatabaseSettings = DatabaseSettings()
     """Where the shards live."""
 
+    log: LogSettings = LogSettings()
+    """Logging."""
+
     interval: Annotated[float, Field(gt=0), Option("--interval")] = 1.0
     """Seconds between passes over each owned shard (sooner when a run falls due
     before)."""
@@ -246,6 +311,12 @@ class SchedulerSettings(Settings):
     ] = 8081
     """Port of ``/healthz`` (alive), ``/readyz`` (coordinating; names the shards whose
     database is down) and ``/metrics``; 0 picks a free port (printed), -1 serves none."""
+
+    observe_interval: Annotated[float, Field(gt=0)] = 15.0
+    """Seconds between reads of an owned shard's backlog, dead runs and canary."""
+
+    metrics: MetricsSettings = MetricsSettings()
+    """Per-job metrics."""
 
 
 class EdgeSettings(Settings):
@@ -376,6 +447,9 @@ class DispatcherSettings(Settings):
     database: DatabaseSettings = DatabaseSettings()
     """Where the shards live."""
 
+    log: LogSettings = LogSettings()
+    """Logging."""
+
     host: Annotated[str, Option("--host")] = "0.0.0.0"  # noqa: S104 - a server role
     """Address to listen on."""
 
@@ -383,9 +457,28 @@ class DispatcherSettings(Settings):
     """Port to listen on (0: any free port)."""
 
     tokens_file: Annotated[
-        Path, Option("--tokens", env="TICKWORK_TOKENS_FILE", path="file", exists=True)
-    ]
-    """YAML list of ``{token, tenant, role, queues}``."""
+        Path | None, Option("--tokens", env="TICKWORK_TOKENS_FILE", path="file", exists=True)
+    ] = None
+    """YAML list of ``{token, tenant, role, queues}``, optionally with the tenant's
+    ``enqueueRate``, ``enqueueBurst``, ``maxPendingRuns``; with ``--auth kubernetes`` it
+    is asked first."""
+
+    auth: Annotated[
+        Literal["tokens", "kubernetes"] | None, Option("--auth", env="TICKWORK_AUTH")
+    ] = None
+    """``tokens``: the ``--tokens`` file decides. ``kubernetes``: ServiceAccount tokens
+    are checked with TokenReview and each call authorised with SubjectAccessReview on
+    the ``tickwork.dev`` API group (namespace = tenant). Default: ``kubernetes`` in a pod
+    without ``--tokens``, else ``tokens``."""
+
+    kubernetes: KubernetesAuthSettings = KubernetesAuthSettings()
+    """Kubernetes-native authentication."""
+
+    metrics: MetricsSettings = MetricsSettings()
+    """Per-job metrics."""
+
+    canary_interval: Annotated[float, Field(gt=0)] = 2.0
+    """Seconds between the dispatcher's rounds completing the shards' canary runs."""
 
     api: ApiSettings = ApiSettings()
     """How the routes are served."""
@@ -435,6 +528,9 @@ class OperatorSettings(Settings):
 
     database: DatabaseSettings = DatabaseSettings()
     """Where the shards live."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""
 
     namespaces: Annotated[tuple[str, ...], Option("--namespace")] = ()
     """Serve the ScheduledJobs of this namespace (repeatable); the command needs it or
@@ -512,3 +608,6 @@ class DevSettings(Settings):
 
     api: ApiSettings = ApiSettings()
     """How the routes are served."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""

@@ -1,7 +1,18 @@
 """Prometheus metrics. One ``Metrics`` object per process holds its own registry (no
-global state for tests to reset); names match states and log actions."""
+global state for tests to reset); names match states and log actions. docs/operations.md
+lists every metric; their names and labels are stable.
+
+Per-job series (label ``tickwork_job``, not ``job``: Prometheus keeps ``job`` for the
+scrape target) exist only for the jobs the operator opts in (``--metrics-job``
+patterns), at most ``JobLabels.limit`` of them; every other job counts under
+``_other``, so a tenant creating thousands of jobs cannot blow up the series count.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import fnmatch
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -14,9 +25,99 @@ _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 _TAKEOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
+OTHER_JOBS = "_other"
+
+
+class JobLabels:
+    """The ``tickwork_job`` label of a job: ``tenant/name`` for the jobs that match one
+    of ``patterns`` (shell-style, as ``payments/*``), while fewer than ``limit`` have
+    been seen; ``_other`` for the rest."""
+
+    def __init__(self, patterns: Iterable[str] = (), limit: int = 200) -> None:
+        self.patterns = tuple(patterns)
+        self.limit = limit
+        self._chosen: set[str] = set()
+
+    def __call__(self, tenant: str, job: str) -> str:
+        key = f"{tenant}/{job}"
+        if key in self._chosen:
+            return key
+        if len(self._chosen) < self.limit and any(
+            fnmatch.fnmatchcase(key, pattern) for pattern in self.patterns
+        ):
+            self._chosen.add(key)
+            return key
+        return OTHER_JOBS
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, job_labels: JobLabels | None = None
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self.job_label = job_labels or JobLabels()
+        self.schedule_lag = Histogram(
+            "tickwork_schedule_lag_seconds",
+            "Lease time of a run's first attempt minus its due time, per priority (the "
+            "design's schedule lag: start time minus due time).",
+            ["priority"],
+            buckets=_LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self.job_leases = Counter(
+            "tickwork_job_leases",
+            "Runs leased, per job (opted-in jobs; the rest under _other) and priority.",
+            ["tickwork_job", "priority"],
+            registry=self.registry,
+        )
+        self.lease_expiries = Counter(
+            "tickwork_lease_expiries",
+            "Leases that expired without a completion (taken back by the reaper), per job "
+            "and priority.",
+            ["tickwork_job", "priority"],
+            registry=self.registry,
+        )
+        self.dead_runs = Counter(
+            "tickwork_dead_runs",
+            "Runs that reached the dead-letter queue, per job and priority (counted by the "
+            "scheduler that owns the shard, from the shard's history).",
+            ["tickwork_job", "priority"],
+            registry=self.registry,
+        )
+        self.ready_runs = Gauge(
+            "tickwork_ready_runs",
+            "Ready runs waiting for a worker, per shard, queue and priority.",
+            ["shard", "queue", "priority"],
+            registry=self.registry,
+        )
+        self.oldest_ready = Gauge(
+            "tickwork_oldest_ready_seconds",
+            "Age of the oldest ready run (now minus its ready time), per shard, queue and "
+            "priority.",
+            ["shard", "queue", "priority"],
+            registry=self.registry,
+        )
+        self.canary_lag = Gauge(
+            "tickwork_canary_lag_seconds",
+            "Finish time minus due time of the shard's latest succeeded canary run.",
+            ["shard"],
+            registry=self.registry,
+        )
+        self.canary_missed = Gauge(
+            "tickwork_canary_missed",
+            "The shard's latest canary runs, in a row, that did not succeed within a minute "
+            "of being due (0: the last one did).",
+            ["shard"],
+            registry=self.registry,
+        )
+        self._backlog_series: dict[int, set[tuple[str, str, str]]] = {}
+        self._canary_series: set[int] = set()
+        self.canaries = Counter(
+            "tickwork_canary_runs",
+            "Canary runs the scheduler enqueued, per shard.",
+            ["shard"],
+            registry=self.registry,
+        )
         self.leases = Counter(
             "tickwork_leases",
             "Runs leased to workers.",
@@ -113,6 +214,35 @@ class Metrics:
             ["step"],
             registry=self.registry,
         )
+
+    def set_backlog(self, shard: int, backlog: Iterable[tuple[str, str, int, float]]) -> None:
+        """Replace a shard's backlog gauges with ``(queue, priority, ready, oldest age)``
+        rows: a queue that emptied loses its series instead of keeping its last value."""
+        label = str(shard)
+        seen = set()
+        for queue, priority, ready, oldest in backlog:
+            self.ready_runs.labels(label, queue, priority).set(ready)
+            self.oldest_ready.labels(label, queue, priority).set(oldest)
+            seen.add((label, queue, priority))
+        for gone in self._backlog_series.get(shard, set()) - seen:
+            self.ready_runs.remove(*gone)
+            self.oldest_ready.remove(*gone)
+        self._backlog_series[shard] = seen
+
+    def forget_shard(self, shard: int) -> None:
+        """Drop a shard's gauges: another replica owns it now and reports them."""
+        self.set_backlog(shard, ())
+        if shard in self._canary_series:
+            for gauge in (self.canary_lag, self.canary_missed):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(str(shard))
+            self._canary_series.discard(shard)
+
+    def set_canary(self, shard: int, lag: float | None, missed: int) -> None:
+        if lag is not None:
+            self.canary_lag.labels(str(shard)).set(lag)
+        self.canary_missed.labels(str(shard)).set(missed)
+        self._canary_series.add(shard)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -36,9 +36,11 @@ from tickwork.coordination.ownership import (
 )
 from tickwork.core import backoff
 from tickwork.core.clock import Clock, DatabaseClock
+from tickwork.core.spec import Priority
 from tickwork.core.testsignal import Signals, TestSignal
-from tickwork.engine import materialiser
+from tickwork.engine import jobs, materialiser
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.observer import ShardObserver
 from tickwork.store import epochs, outages, retention, sweeps
 from tickwork.store.database import Connection, Database
 
@@ -119,6 +121,7 @@ class Scheduler:
         stall_seconds: float = 10.0,
         takeover_wait_seconds: float = 1.0,
         before_write: Callable[[int, str], None] | None = None,
+        observer: ShardObserver | None = None,
     ) -> None:
         self.database = database
         if ownership is None:
@@ -142,6 +145,8 @@ class Scheduler:
         # Called before each transaction with (shard, step): fault-injection tests
         # pause the process there, the widest window a pause can hit.
         self.before_write = before_write
+        # Shard metrics and the canary; None: the scheduler reports only its own steps.
+        self.observer = observer
         self._owned: dict[int, _Owned] = {}
         self._acquired_at: dict[int, float] = {}
         self._maintained: dict[int, float] = {}
@@ -224,11 +229,18 @@ class Scheduler:
             report.reaped = await self._reap(conn, shard, term, fence)
         report.next_due_in = await sweeps.seconds_until_next_due(conn, now)
         await self._maintain(conn, shard, term, fence)
+        if self.observer is not None:
+            self._guard(shard, term, "observe")
+            await self.observer.observe(conn, shard, await jobs.database_now(conn, self.clock))
         return report
 
     async def _reap(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> int:
         self._guard(shard, term, "reap")
         reaped = await sweeps.reap(conn, self.batch, self.clock.now(), self.rng, fence=fence)
+        if self.metrics is not None:
+            for tenant, job, rank in reaped.expired:
+                label = self.metrics.job_label(tenant, job)
+                self.metrics.lease_expiries.labels(label, Priority.from_rank(rank).value).inc()
         return reaped.total
 
     def _guard(self, shard: int, term: int, step: str) -> None:
@@ -395,9 +407,13 @@ class Scheduler:
             self.wake()  # take it over now, not at the next interval
         elif isinstance(event, Lost):
             self._acquired_at.pop(event.shard, None)
+            if self.observer is not None:
+                self.observer.forget(event.shard)
             if metrics is not None:
                 metrics.shard_losses.labels(event.reason).inc()
         elif isinstance(event, Released):
+            if self.observer is not None:
+                self.observer.forget(event.shard)
             if metrics is not None:
                 metrics.shard_releases.labels(event.reason).inc()
         elif isinstance(event, Observed):

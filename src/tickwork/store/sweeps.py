@@ -11,7 +11,7 @@ retry decision of a reaped lease is the core's (``core.retry``).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
@@ -33,6 +33,8 @@ class Reaped:
     retried: int
     dead: int
     cancelled: int
+    # (tenant, job, priority rank) of each lease taken back: the per-job expiry metric.
+    expired: tuple[tuple[str, str, int], ...] = field(default=(), compare=False)
 
     @property
     def total(self) -> int:
@@ -65,6 +67,7 @@ async def reap(
         retried=states.count(State.retry_wait),
         dead=states.count(State.dead),
         cancelled=states.count(State.cancelled),
+        expired=tuple((row["tenant"], row["job"], row["priority"]) for row in rows),
     )
 
 

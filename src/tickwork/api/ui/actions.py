@@ -14,6 +14,7 @@ from typing import Final
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tickwork.api import auth
 from tickwork.api.auth import Role
 from tickwork.api.services import services
 from tickwork.api.ui import sessions, web
@@ -36,7 +37,7 @@ async def act(request: Request, action: Action, default_next: str = "/ui/") -> R
         # The session first: nobody without one gets the body read.
         principal, session = await web.signed_in(request)
         fields = await web.form(request)
-        who = web.acting(principal, session, fields.get("tenant"))
+        who = await web.admitted(principal, session, fields.get("tenant"))
     except web.SignInNeeded:
         return web.sign_in_redirect(request)
     except TickworkError as error:
@@ -136,6 +137,9 @@ async def logout(request: Request) -> Response:
 
 async def _pause(request: Request, name: str, paused: bool) -> Response:
     async def action(who: web.Viewer, fields: web.Form) -> Response:
+        await auth.authorize(
+            who.principal, auth.Action("update", "scheduledjobs", who.tenant, job_name(name))
+        )
         await services(request).jobs.set_paused(who.tenant, job_name(name), paused, who.actor)
         verb = "Paused" if paused else "Resumed"
         return web.redirect(request, _back(fields), ("ok", f"{verb} {name}."))
@@ -158,6 +162,9 @@ async def enqueue(name: str, request: Request) -> Response:
     svc = services(request)
 
     async def action(who: web.Viewer, fields: web.Form) -> Response:
+        await auth.authorize(
+            who.principal, auth.Action("create", "runs", who.tenant, job_name(name))
+        )
         if svc.quota is not None:
             await svc.quota.admit(who.tenant, 1)
         run, created = await svc.jobs.enqueue(
@@ -181,6 +188,8 @@ async def cancel(run_id: str, request: Request) -> Response:
     svc = services(request)
 
     async def action(who: web.Viewer, fields: web.Form) -> Response:
+        found, _ = await owned_run(request, who, run_id)
+        await auth.authorize(who.principal, auth.Action("update", "runs", found.tenant, found.job))
         run = await svc.jobs.cancel(run_id, who.actor, who.principal.scope())
         text = (
             f"Asked the worker to stop run {run.run_id}."
@@ -255,6 +264,10 @@ async def _settle(request: Request, verb: str) -> Response:
         done, refused = 0, []
         for run_id in chosen:
             try:
+                found, _ = await owned_run(request, who, run_id)
+                await auth.authorize(
+                    who.principal, auth.Action("update", "dlq", found.tenant, found.job)
+                )
                 await operation(run_id, who.actor, who.principal.scope())
                 done += 1
             except TickworkError as error:

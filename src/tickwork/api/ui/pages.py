@@ -14,12 +14,12 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import render
+from tickwork.api import auth, render
 from tickwork.api.services import services
 from tickwork.api.ui import chart, views, web
 from tickwork.api.ui.words import schedule_in_words
 from tickwork.core import hashing
-from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
+from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
 from tickwork.core.preview import fire_times
 from tickwork.core.records import PENDING, Run, State
 from tickwork.core.spec import check_name
@@ -242,7 +242,12 @@ async def job_page(name: str, request: Request) -> Response:
 async def owned_run(request: Request, who: web.Viewer, run_id: str) -> tuple[Run, list[Any]]:
     """The run with its attempts, if the viewer may see it: another tenant's run is
     reported as absent (an admin sees every run), as in the HTTP API."""
-    return await services(request).jobs.run(run_id, who.principal.scope())
+    run, attempts = await services(request).jobs.run(run_id, who.principal.scope())
+    try:
+        await auth.authorize(who.principal, auth.Action("get", "runs", run.tenant, run.job))
+    except Forbidden:
+        raise NotFound(f"no run {run.run_id!r}", field="runId") from None
+    return run, attempts
 
 
 @router.get("/runs/{run_id}")
@@ -295,6 +300,7 @@ async def dlq_page(request: Request) -> Response:
     query = request.query_params
 
     async def page(who: web.Viewer) -> Response:
+        await auth.authorize(who.principal, auth.Action("list", "dlq", who.tenant))
         job = (query.get("job") or "").strip() or None
         if job is not None:
             try:

@@ -21,6 +21,7 @@ from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
 from tickwork import __version__
+from tickwork.api import auth
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, services
 from tickwork.api.ui import sessions, views
@@ -225,10 +226,19 @@ def acting(principal: Principal, session: sessions.Session, tenant: str | None) 
     return Viewer(principal, session, chosen, acting_for=chosen != principal.tenant)
 
 
+async def admitted(principal: Principal, session: sessions.Session, tenant: str | None) -> Viewer:
+    """``acting``, once the principal may read the tenant's jobs: every page shows them
+    (a Kubernetes principal needs RBAC's ``list scheduledjobs`` in the namespace; each
+    action then asks for its own verb)."""
+    who = acting(principal, session, tenant)
+    await auth.authorize(principal, auth.Action("list", "scheduledjobs", who.tenant))
+    return who
+
+
 async def viewer(request: Request) -> Viewer:
     """The signed-in viewer acting for the URL's ``tenant``."""
     principal, session = await signed_in(request)
-    return acting(principal, session, request.query_params.get("tenant"))
+    return await admitted(principal, session, request.query_params.get("tenant"))
 
 
 async def form(request: Request) -> Form:

@@ -5,7 +5,8 @@
 -- Leases past their expiry, oldest first; SKIP LOCKED lets a worker's completion that
 -- is racing the reaper win cleanly. The leased runs are read through live_runs_leased
 -- and filtered here: no index covers the expiry, so heartbeats stay HOT updates.
-SELECT id, attempt, max_attempts, retry_base, retry_max, fencing_token, cancel_requested
+SELECT id, attempt, max_attempts, retry_base, retry_max, fencing_token, cancel_requested,
+       tenant, job, priority
 FROM live_runs
 WHERE state = 'leased'
   AND lease_expires_at <= coalesce($1::timestamptz, now())

@@ -1,0 +1,126 @@
+"""The Helm chart rendered offline with the Helm SDK (helm-python-sdk: Helm's Go
+library behind a C ABI, no helm binary, no cluster), and what the tests read from it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "tickwork"
+RELEASE = "tw"
+NAMESPACE = "tickwork"
+# Kinds that come with other projects' CRDs: not in Kubernetes' OpenAPI documents.
+EXTERNAL_KINDS = {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
+
+URL = "postgresql://tickwork:secret@db.example.internal:5432/tickwork"
+
+# The value sets the tests render: the smallest install, everything switched on, and
+# the other branch of every switch.
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "minimal": {"database": {"urls": [URL]}},
+    "everything": {
+        "postgresql": {"enabled": True},
+        "metrics": {
+            "perJobJobs": ["payments/*"],
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+            "prometheusRule": {"enabled": True},
+            "dashboard": {"enabled": True},
+        },
+        "operator": {"webhook": {"certManager": {"enabled": True}}},
+        "dispatcher": {"authAudiences": ["tickwork"], "uiSecret": {"existingSecret": "ui"}},
+        "teams": [
+            {"namespace": "team-a", "serviceAccount": "worker", "queues": ["reports"]},
+            {"namespace": "team-b", "serviceAccount": "exporter", "queues": ["billing", "x"]},
+        ],
+    },
+    "namespaced": {
+        "shards": 2,
+        "database": {
+            "existingSecret": "tickwork-database",
+            "urls": [],
+        },
+        "operator": {
+            "namespaces": ["team-a", "team-b"],
+            "webhook": {
+                "certManager": {
+                    "enabled": True,
+                    "issuerRef": {"name": "ca", "kind": "ClusterIssuer"},
+                }
+            },
+        },
+        "scheduler": {"antiAffinity": "hard", "replicas": 3, "coordination": "postgres"},
+        "dispatcher": {
+            "auth": "tokens",
+            "tokens": {"existingSecret": "tickwork-tokens"},
+            "autoscaling": {"enabled": False},
+            "replicas": 3,
+        },
+        "logFormat": "text",
+        "migrate": {"enabled": False},
+    },
+    "no-webhook": {
+        "database": {"urls": [URL + "?shard=0", URL + "?shard=1"]},
+        "shards": 2,
+        "operator": {"webhook": {"enabled": False}},
+        "postgresql": {"enabled": False},
+    },
+}
+
+
+@functools.cache
+def chart() -> helm.Chart:
+    return helm.Chart.load(CHART)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    values: dict[str, Any]
+    documents: tuple[dict[str, Any], ...]
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [d for d in self.documents if d["kind"] == kind]
+
+    def one(self, kind: str, name: str) -> dict[str, Any]:
+        [found] = [d for d in self.kinds(kind) if d["metadata"]["name"] == name]
+        return found
+
+    def containers(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """(workload, container) for every container of every workload."""
+        for document in self.documents:
+            if document["kind"] in ("Deployment", "StatefulSet", "Job"):
+                for container in document["spec"]["template"]["spec"]["containers"]:
+                    yield document, container
+
+
+@functools.cache
+def _render(key: str) -> Rendered:
+    values = copy.deepcopy(VALUE_SETS[key])
+    return render(values)
+
+
+def rendered(key: str) -> Rendered:
+    return _render(key)
+
+
+def render(values: dict[str, Any]) -> Rendered:
+    manifests = chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    documents = [
+        document
+        for path, text in sorted(manifests.items())
+        if not path.endswith("NOTES.txt")
+        for document in yaml.safe_load_all(text)
+        if document
+    ]
+    return Rendered(values, tuple(documents))
+
+
+def name(component: str) -> str:
+    return f"{RELEASE}-tickwork-{component}"

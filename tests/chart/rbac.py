@@ -1,0 +1,73 @@
+"""What the chart's RBAC grants a ServiceAccount, and what a role's calls to the API
+server (the emulator's audit) needed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kube.faults import AuditRecord
+
+from chart.chart import NAMESPACE, Rendered
+
+# (apiGroup, resource[/subresource], verb, namespace or "" for cluster-wide)
+Permission = tuple[str, str, str, str]
+
+
+def granted(rendered: Rendered, account: str, namespace: str = NAMESPACE) -> set[Permission]:
+    """Every permission the chart's (Cluster)RoleBindings give the ServiceAccount."""
+    found: set[Permission] = set()
+    for binding in rendered.kinds("RoleBinding") + rendered.kinds("ClusterRoleBinding"):
+        subjects = binding.get("subjects", [])
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == namespace
+            for s in subjects
+        ):
+            continue
+        ref = binding["roleRef"]
+        scope = binding["metadata"].get("namespace", "") if binding["kind"] == "RoleBinding" else ""
+        role = _role(rendered, ref["kind"], ref["name"], scope)
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule, "per-name rules: compare them by hand"
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        assert "*" not in (group, resource, verb), f"wildcard in {role}"
+                        found.add((group, resource, verb, scope))
+    return found
+
+
+def _role(rendered: Rendered, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    [role] = [
+        r
+        for r in rendered.kinds(kind)
+        if r["metadata"]["name"] == name
+        and (kind == "ClusterRole" or r["metadata"]["namespace"] == namespace)
+    ]
+    return role
+
+
+def used(audit: Iterable[AuditRecord], user: str) -> set[Permission]:
+    """The permissions the calls ``user`` made needed (discovery needs none)."""
+    return {
+        (record.group, record.target, record.verb, record.namespace)
+        for record in audit
+        if record.user == user and record.resource
+    }
+
+
+def covered(needed: set[Permission], given: set[Permission]) -> set[Permission]:
+    """The needed permissions the given ones do not cover (a cluster-wide grant covers
+    every namespace)."""
+    return {
+        (group, resource, verb, namespace)
+        for group, resource, verb, namespace in needed
+        if (group, resource, verb, namespace) not in given
+        and (group, resource, verb, "") not in given
+    }
+
+
+def unused(needed: set[Permission], given: set[Permission]) -> set[Permission]:
+    """The given permissions no call needed."""
+    kinds = {(g, r, v) for g, r, v, _ in needed}
+    return {p for p in given if p[:3] not in kinds}

@@ -1,0 +1,223 @@
+"""The chart's RBAC is exactly what the roles use: each role runs against the emulated
+API server as its ServiceAccount, and the calls it made (the emulator's audit) must be
+granted by the chart, with nothing granted that no call needed."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kube.emulator import Emulator
+from kube.reviews import User
+
+from chart import rbac
+from chart.chart import NAMESPACE, name, rendered
+from tickwork.api.app import create_app
+from tickwork.api.review_settings import ReviewSettings
+from tickwork.api.server import HttpServer
+from tickwork.cli import runtime
+from tickwork.engine.installation import Installation
+from tickwork.engine.metrics import Metrics
+from tickwork.store.database import Database
+
+DISPATCHER_TOKEN = "sa-token-of-the-dispatcher-0123456789"
+WORKER_TOKEN = "sa-token-of-a-team-worker-0123456789"
+
+
+async def test_the_dispatcher_is_granted_what_kubernetes_auth_calls(
+    kube: Emulator, database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    account = User.service_account(NAMESPACE, name("dispatcher"))
+    kube.tokens[DISPATCHER_TOKEN] = account
+    kube.tokens[WORKER_TOKEN] = User.service_account("team-a", "worker")
+    worker = "system:serviceaccount:team-a:worker"
+    kube.access.allow(user=worker, api_group="tickwork.dev", namespace="team-a")
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=DISPATCHER_TOKEN)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+
+    # The dispatcher's own wiring (tickwork dispatcher --auth kubernetes), every kind
+    # of authorised call once.
+    async with runtime.authenticator("kubernetes", None, ReviewSettings()) as auth:
+        services = runtime.api_services(Installation.over(database), auth, Metrics())
+        server = HttpServer(create_app(services), port=0)
+        url = await server.start()
+        try:
+            headers = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+            async with httpx.AsyncClient(base_url=url, headers=headers) as team:
+                assert (await team.put("/v1/jobs/nightly", json={})).status_code == 201
+                assert (await team.post("/v1/jobs/nightly/runs")).status_code == 201
+                assert (await team.get("/v1/jobs")).status_code == 200
+                assert (await team.get("/v1/dlq")).status_code == 200
+                lease = await team.post("/v1/lease", json={"queues": ["default"]})
+                assert lease.status_code == 200, lease.text
+        finally:
+            await server.stop()
+
+    needed = rbac.used(kube.audit, account.username)
+    assert needed, "the dispatcher made no call as its ServiceAccount"
+    for values in ("minimal", "everything"):
+        given = rbac.granted(rendered(values), name("dispatcher"))
+        assert not rbac.covered(needed, given), f"{values}: missing"
+        assert not rbac.unused(needed, given), f"{values}: granted but never used"
+    # With the tokens file only, the dispatcher calls nothing and is granted nothing.
+    assert not rbac.granted(rendered("namespaced"), name("dispatcher"))
+
+
+OPERATOR_TOKEN = "sa-token-of-the-operator-0123456789"
+
+
+async def test_the_operator_is_granted_what_it_calls(
+    kube: Emulator, database: Database, tmp_path: Path
+) -> None:
+    """The operator as the chart runs it (namespaced here; the webhook served, its
+    configuration kept by the chart): start and resync, create, update, status passes,
+    an invalid object, delete."""
+    import asyncio
+
+    import kopf
+
+    from tickwork.core.settings import OperatorSettings, WebhookSettings
+    from tickwork.engine.jobs import Jobs
+    from tickwork.operator import crd
+    from tickwork.operator.cluster import Cluster
+    from tickwork.operator.runtime import Operator
+
+    await kube.create(crd.definition())
+    for namespace in ("team-a", "team-b"):
+        await kube.create_namespace(namespace)
+    account = User.service_account(NAMESPACE, name("operator"))
+    kube.tokens[OPERATOR_TOKEN] = account
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=OPERATOR_TOKEN)
+
+    def quick(settings: kopf.OperatorSettings) -> None:
+        settings.networking.request_timeout = 5
+        settings.watching.connect_timeout = 2
+        settings.watching.server_timeout = 30
+
+    settings = OperatorSettings(
+        namespaces=("team-a", "team-b"),
+        webhook=WebhookSettings(port=None, bind="127.0.0.1", insecure=True, manage=False),
+        status_interval=0.2,
+        health_port=0,
+        health_bind="127.0.0.1",
+    )
+    job = {
+        "apiVersion": "tickwork.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "nightly", "namespace": "team-a"},
+        "spec": {"schedule": {"cron": "0 3 * * *"}},
+    }
+
+    def ready(obj: dict | None) -> bool:  # type: ignore[type-arg]
+        conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    @contextlib.asynccontextmanager
+    async def operating() -> AsyncIterator[None]:
+        cluster = await Cluster.connect(str(kubeconfig))
+        operator = Operator(Jobs(database), cluster, settings, tune=quick)
+        stop = asyncio.Event()
+        running = asyncio.create_task(operator.run(stop))
+        try:
+            async with asyncio.timeout(10):
+                await operator.ready.wait()
+            yield
+        finally:
+            stop.set()
+            async with asyncio.timeout(15):
+                await running
+            await cluster.close()
+
+    async with operating():
+        await kube.create(job, admit=False)
+        await kube.wait_for("sj", "nightly", ready, namespace="team-a", timeout=10)
+        await kube.patch("sj", "nightly", {"spec": {"paused": True}}, namespace="team-a")
+        await kube.wait_for(
+            "sj",
+            "nightly",
+            lambda o: bool(o and (o.get("status") or {}).get("observedGeneration") == 2),
+            namespace="team-a",
+            timeout=10,
+        )
+        bad = {**job, "metadata": {"name": "broken", "namespace": "team-b"}}
+        bad["spec"] = {"schedule": {"cron": "61 * * * *"}}
+        await kube.create(bad, admit=False)
+        await kube.wait_until(
+            lambda: any(e["reason"] == "InvalidSpec" for e in kube.objects("events", "team-b")),
+            timeout=10,
+        )
+        await kube.delete("sj", "broken", namespace="team-b")
+        await kube.wait_for("sj", "broken", lambda o: o is None, namespace="team-b", timeout=10)
+    # Deleted while no operator ran (its finalizer stripped by hand): the next one's
+    # resync asks for the object before removing the definition.
+    await kube.patch("sj", "nightly", {"metadata": {"finalizers": None}}, namespace="team-a")
+    await kube.delete("sj", "nightly", namespace="team-a")
+    async with operating():
+        # A read changes nothing stored, so nothing wakes a waiter: look every 20 ms.
+        async with asyncio.timeout(10):
+            while not kube.count("get", "scheduledjobs", namespace="team-a", name="nightly"):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+
+    needed = rbac.used(kube.audit, account.username)
+    assert needed, "the operator made no call as its ServiceAccount"
+    namespaced = rbac.granted(rendered("namespaced"), name("operator"))
+    assert not rbac.covered(needed, namespaced), "namespaced: missing"
+    assert not rbac.unused(needed, namespaced), "namespaced: granted but never used"
+    # Watching every namespace: the same rules, cluster-wide.
+    clusterwide = rbac.granted(rendered("minimal"), name("operator"))
+    assert {p[:3] for p in clusterwide} == {p[:3] for p in namespaced}
+    assert {p[3] for p in clusterwide} == {""}
+
+
+SCHEDULER_TOKEN = "sa-token-of-a-scheduler-0123456789"
+
+
+async def test_the_scheduler_is_granted_what_coordination_calls(
+    kube: Emulator, database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas as the chart runs them (--coordination kubernetes, Leases in the
+    release namespace): the first takes every shard, the second joins and takes its
+    share, a lease is renewed against a stale resourceVersion, both shut down."""
+    from tickwork.coordination import choice
+    from tickwork.coordination.coordinator import Timing
+
+    await kube.create_namespace(NAMESPACE)
+    account = User.service_account(NAMESPACE, name("scheduler"))
+    kube.tokens[SCHEDULER_TOKEN] = account
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=SCHEDULER_TOKEN)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    timing = Timing(lease_seconds=5)
+
+    def replica(identity: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        return choice.coordinator(
+            database, kind="kubernetes", identity=identity, namespace=NAMESPACE, timing=timing
+        )
+
+    async with replica("scheduler-a") as first:
+        await first.cycle()
+        assert len(first.owned()) == database.shard_count
+        async with replica("scheduler-b") as second:
+            for _ in range(4):
+                await second.cycle()
+                await first.cycle()
+                await first.shed_settled()
+            assert second.owned()
+            # Someone else's write in between: the next renewal meets a 409 and reads.
+            kube.fail("update", "leases", code=409, times=1)
+            await first.cycle()
+            await second.cycle()
+            await second.shutdown()
+        await first.shutdown()
+
+    needed = rbac.used(kube.audit, account.username)
+    assert needed, "the scheduler made no call as its ServiceAccount"
+    for values in ("minimal", "everything"):
+        given = rbac.granted(rendered(values), name("scheduler"))
+        assert not rbac.covered(needed, given), f"{values}: missing"
+        assert not rbac.unused(needed, given), f"{values}: granted but never used"
+    # --coordination postgres: the scheduler calls nothing and is granted nothing.
+    assert not rbac.granted(rendered("namespaced"), name("scheduler"))

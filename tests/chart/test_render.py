@@ -1,0 +1,323 @@
+"""The chart renders with every value set, every manifest is valid for the oldest and
+the newest supported Kubernetes, `helm lint` finds nothing, and the values are checked
+by values.schema.json."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import promql_parser
+import pytest
+import yaml
+from kube import manifests
+
+from chart import chart as chart_module
+from chart.chart import CHART, EXTERNAL_KINDS, NAMESPACE, ROOT, VALUE_SETS, name, rendered
+
+VERSIONS = (manifests.OLDEST_SUPPORTED, manifests.NEWEST_SUPPORTED)
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_every_manifest_is_valid_kubernetes(values: str) -> None:
+    documents = rendered(values).documents
+    checked = 0
+    for document in documents:
+        if document["kind"] in EXTERNAL_KINDS:
+            continue
+        for version in VERSIONS:
+            try:
+                manifests.validate(document, version)
+            except kubernetes_validate.ValidationError as error:
+                raise AssertionError(
+                    f"{document['kind']} {document['metadata']['name']} on {version}: {error}"
+                ) from error
+        checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_helm_lint_finds_nothing(values: str) -> None:
+    for version in VERSIONS:
+        report = helm.lint(CHART, VALUE_SETS[values], strict=True, kube_version=f"v{version}")
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not report["errors"] and not problems, report
+
+
+def test_the_chart_needs_kubernetes_it_is_tested_on() -> None:
+    floor = chart_module.chart().metadata["kubeVersion"]
+    assert floor == f">={manifests.OLDEST_SUPPORTED}-0"
+
+
+@pytest.mark.parametrize(
+    ("values", "names"),
+    [
+        ({"shards": "four"}, "/shards"),
+        ({"scheduler": {"replica": 2}}, "replica"),
+        ({"dispatcher": {"auth": "anonymous"}}, "/dispatcher/auth"),
+        ({"logFormat": "xml"}, "/logFormat"),
+        ({"teams": [{"namespace": "team-a", "queues": ["q"]}]}, "serviceAccount"),
+        ({"database": {"urls": ["mysql://x"]}}, "/database/urls/0"),
+        ({"operator": {"replicas": 2}}, "/operator/replicas"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_key(values: dict[str, Any], names: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match=re.escape(names)):
+        chart_module.chart().validate_schema(values)
+
+
+def test_a_missing_database_is_one_clear_error() -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape("database.existingSecret, database")):
+        chart_module.render({})
+
+
+def test_tokens_auth_needs_its_secret() -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape("tokens.existingSecret")):
+        chart_module.render({**VALUE_SETS["minimal"], "dispatcher": {"auth": "tokens"}})
+
+
+def _schema_node(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
+    node: dict[str, Any] | None = schema
+    for key in path:
+        if node is None or "properties" not in node:
+            return None
+        node = node["properties"].get(key)
+    return node
+
+
+def test_every_value_is_documented_and_in_the_schema() -> None:
+    """Each key of values.yaml is in the schema with a description, and each key with a
+    value of its own (not free-form) has a comment right above it in values.yaml."""
+    schema = chart_module.chart().schema
+    assert schema is not None
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    chart_module.chart().validate_schema(defaults)
+
+    def walk(values: dict[str, Any], node: dict[str, Any], path: str) -> None:
+        assert node.get("additionalProperties") is False, f"{path or 'values'} is open"
+        for key, value in values.items():
+            child = node["properties"].get(key)
+            assert child is not None, f"{path}{key} is not in values.schema.json"
+            assert child.get("description") or "properties" in child, f"{path}{key}"
+            if isinstance(value, dict) and "properties" in child:
+                walk(value, child, f"{path}{key}.")
+
+    walk(defaults, schema, "")
+
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str]] = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z][A-Za-z0-9]*):(.*)$", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = [key for _, key in stack] + [match.group(2)]
+        stack.append((indent, match.group(2)))
+        node = _schema_node(schema, path)
+        if node is None or node.get("type") == "object":
+            continue  # a section (its keys are checked), or inside a free-form object
+        above = lines[number - 1].strip() if number else ""
+        assert above.startswith("#"), f"values.yaml: {'.'.join(path)} has no comment"
+
+
+def test_the_chart_ships_the_projects_crd() -> None:
+    top = ROOT / "crds" / "scheduledjob.yaml"
+    ours = CHART / "crds" / "scheduledjob.yaml"
+    assert ours.read_bytes() == top.read_bytes(), "copy crds/scheduledjob.yaml into the chart"
+    [crd] = chart_module.chart().crds
+    assert crd["filename"].endswith("crds/scheduledjob.yaml")
+    assert manifests.validate_file(ours) == 1
+
+
+def test_the_roles_run_locked_down() -> None:
+    for _, container in rendered("everything").containers():
+        context = container["securityContext"]
+        if container["name"] == "postgresql":
+            assert context["readOnlyRootFilesystem"] is True
+            continue
+        assert context == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert "/tmp" in mounts  # the one writable place
+    for workload in rendered("everything").kinds("Deployment"):
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 10001  # the image's user
+
+
+def test_probes_are_on_healthz_and_readyz() -> None:
+    for workload, container in rendered("everything").containers():
+        if workload["kind"] != "Deployment":
+            continue
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        ports = {p["name"] for p in container["ports"]}
+        assert container["readinessProbe"]["httpGet"]["port"] in ports
+
+
+def test_database_urls_come_from_a_secret() -> None:
+    for values, secret in (("minimal", name("database")), ("namespaced", "tickwork-database")):
+        for _, container in rendered(values).containers():
+            [url] = [e for e in container["env"] if e["name"] == "TICKWORK_DATABASE_URL"]
+            assert url["valueFrom"]["secretKeyRef"] == {"name": secret, "key": "urls"}
+    assert not rendered("namespaced").kinds("Secret")  # the existing Secret is used
+
+
+def test_per_shard_urls_and_the_bundled_postgresql() -> None:
+    import base64
+
+    secret = rendered("no-webhook").one("Secret", name("database"))
+    urls = base64.b64decode(secret["data"]["urls"]).decode().split()
+    assert len(urls) == 2 and urls[0].endswith("shard=0")
+
+    everything = rendered("everything")
+    secret = everything.one("Secret", name("database"))
+    [url] = base64.b64decode(secret["data"]["urls"]).decode().split()
+    password = base64.b64decode(secret["data"]["postgres-password"]).decode()
+    assert url == (
+        f"postgresql://tickwork:{password}@{name('postgresql')}.{NAMESPACE}.svc:5432/tickwork"
+    )
+    assert len(password) == 32
+    postgres = everything.one("StatefulSet", name("postgresql"))
+    [container] = postgres["spec"]["template"]["spec"]["containers"]
+    [env] = [e for e in container["env"] if e["name"] == "POSTGRES_PASSWORD"]
+    assert env["valueFrom"]["secretKeyRef"]["name"] == name("database")
+
+
+def test_scheduler_replicas_spread_and_dispatcher_scales() -> None:
+    default = rendered("minimal")
+    scheduler = default.one("Deployment", name("scheduler"))
+    assert scheduler["spec"]["replicas"] == 2
+    preferred = scheduler["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in preferred
+    hard = rendered("namespaced").one("Deployment", name("scheduler"))
+    required = hard["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in required
+
+    dispatcher = default.one("Deployment", name("dispatcher"))
+    assert "replicas" not in dispatcher["spec"]  # the HPA owns it
+    hpa = default.one("HorizontalPodAutoscaler", name("dispatcher"))
+    assert hpa["spec"]["scaleTargetRef"]["name"] == name("dispatcher")
+    assert not rendered("namespaced").kinds("HorizontalPodAutoscaler")
+    budgets = {p["metadata"]["name"] for p in default.kinds("PodDisruptionBudget")}
+    assert budgets == {name("operator"), name("scheduler"), name("dispatcher")}
+
+
+def test_services_select_their_pods() -> None:
+    everything = rendered("everything")
+    workloads = everything.kinds("Deployment") + everything.kinds("StatefulSet")
+    for service in everything.kinds("Service"):
+        selector = service["spec"]["selector"]
+        [pod] = [
+            w["spec"]["template"]
+            for w in workloads
+            if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        ports = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in ports
+
+
+def test_webhook_tls_self_signed_or_cert_manager() -> None:
+    import base64
+
+    from cryptography import x509
+
+    default = rendered("minimal")
+    secret = default.one("Secret", "tw-tickwork-webhook-tls")
+    configuration = default.one("ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev")
+    [webhook] = configuration["webhooks"]
+    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    service = webhook["clientConfig"]["service"]
+    assert f"{service['name']}.{NAMESPACE}.svc" in names.value.get_values_for_type(x509.DNSName)
+    assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 5)
+
+    managed = rendered("everything")
+    configuration = managed.one("ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev")
+    assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+    annotation = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert annotation == f"{NAMESPACE}/tw-tickwork-webhook-tls"
+    assert managed.kinds("Certificate")[0]["spec"]["secretName"] == "tw-tickwork-webhook-tls"
+    assert not [s for s in managed.kinds("Secret") if s["metadata"]["name"].endswith("-tls")]
+    issued = rendered("namespaced").kinds("Certificate")[0]["spec"]["issuerRef"]
+    assert issued == {"name": "ca", "kind": "ClusterIssuer"}
+    assert not rendered("namespaced").kinds("Issuer")
+    assert not rendered("no-webhook").kinds("ValidatingWebhookConfiguration")
+
+
+def test_alerts_are_the_designs_and_parse_as_promql() -> None:
+    [rule] = rendered("everything").kinds("PrometheusRule")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert set(alerts) == {
+        "TickworkCriticalScheduleLag",
+        "TickworkCriticalBacklogStale",
+        "TickworkLeaseExpiries",
+        "TickworkCriticalRunDead",
+        "TickworkCanaryMissed",
+    }
+    for alert in alerts.values():
+        promql_parser.parse(alert["expr"])
+        anchor = alert["annotations"]["runbook_url"].split("#")[1]
+        assert anchor == alert["alert"].lower()
+    assert alerts["TickworkCriticalScheduleLag"]["for"] == "5m"
+    assert "> 5" in alerts["TickworkCriticalScheduleLag"]["expr"]
+    assert "> 60" in alerts["TickworkCriticalBacklogStale"]["expr"]
+    assert "0.01 *" in alerts["TickworkLeaseExpiries"]["expr"]
+    assert ">= 2" in alerts["TickworkCanaryMissed"]["expr"]
+
+
+def test_the_dashboard_parses_and_queries_only_real_metrics() -> None:
+    import json
+
+    [config_map] = rendered("everything").kinds("ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["tickwork.json"])
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            promql_parser.parse(target["expr"])
+    assert len(dashboard["panels"]) >= 10
+
+
+def test_team_roles_grant_lease_on_their_queues() -> None:
+    everything = rendered("everything")
+    role = everything.one("Role", "tickwork-exporter")
+    assert role["metadata"]["namespace"] == "team-b"
+    [lease] = [r for r in role["rules"] if "lease" in r["verbs"]]
+    assert lease == {
+        "apiGroups": ["tickwork.dev"],
+        "resources": ["queues"],
+        "resourceNames": ["billing", "x"],
+        "verbs": ["lease"],
+    }
+    binding = everything.one("RoleBinding", "tickwork-exporter")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "exporter", "namespace": "team-b"}
+    ]
+
+
+def test_the_webhook_configuration_is_the_operators() -> None:
+    """What the chart keeps (with --no-webhook-manage) is what the operator would have
+    written itself, but for how the API server reaches it (a Service and its CA)."""
+    from tickwork.operator import admission
+
+    for values, namespaces in (("minimal", ()), ("namespaced", ("team-a", "team-b"))):
+        chart_config = rendered(values).one(
+            "ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev"
+        )
+        [ours] = chart_config["webhooks"]
+        client = dict(ours["clientConfig"])
+        client.pop("caBundle", None)
+        service = {k: v for k, v in client["service"].items() if k != "path"}
+        expected = admission.configuration({"service": service}, namespaces)
+        [theirs] = expected["webhooks"]
+        assert {**ours, "clientConfig": client} == theirs
+        assert chart_config["metadata"]["name"] == expected["metadata"]["name"]
