@@ -345,3 +345,17 @@ async def test_declared_jobs_say_where_they_are_kept_and_refuse_a_pause(
         assert "is defined by a ScheduledJob" in shown.text
     job = await dashboard.jobs.get("acme", "from-cluster")
     assert not job.definition.spec.paused
+
+
+async def test_a_refresh_in_flight_at_sign_out_leaves_the_notice_to_the_page(
+    dashboard: UiServer,
+) -> None:
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        page = await client.get("/ui/jobs")
+        await client.post("/ui/logout", data={"csrf": csrf_of(page.text)})
+        # The jobs page's refresh, sent as the sign-out lands: the browser follows its
+        # redirect to the sign-in page, with the refresh's header.
+        refresh = await client.get("/ui/login", headers={"x-tickwork-live": "1"})
+        assert refresh.status_code == 200
+        shown = await client.get("/ui/login")
+        assert "Signed out." in shown.text

@@ -342,7 +342,10 @@ async def render(
         return secure(Response(body, status, media_type="text/html; charset=utf-8"))
     if who is not None and who.is_admin:
         values["tenants"] = await overview.tenants(services(request).engine.database)
-    notice = request.cookies.get(sessions.FLASH_COOKIE)
+    # A page's background refresh never takes the notice: one in flight while an action
+    # redirects (a sign-out ends the session, so the refresh gets the sign-in page)
+    # would clear it before the page it was meant for is shown.
+    notice = None if is_live(request) else request.cookies.get(sessions.FLASH_COOKIE)
     if notice:
         values["flash"] = values["flash"] or ui.sealer.flash_of(notice)
     response = Response(compiled.render(values), status, media_type="text/html; charset=utf-8")
