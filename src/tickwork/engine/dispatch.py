@@ -203,7 +203,7 @@ class Dispatcher:
             return None
 
         async def claim() -> list[Lease]:
-            async with self.database.connection(shard) as conn:
+            async with self.database.claim_connection(shard) as conn:
                 return await leases.claim(
                     conn,
                     shard,

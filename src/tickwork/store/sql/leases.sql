@@ -342,8 +342,10 @@ FROM attempts
 WHERE run_id = $1 AND fencing_token = $2 AND outcome <> 'lease-expired'
 
 -- name: notify_ready
--- Wake long-polling lease requests; delivered only when the transaction commits.
-SELECT pg_notify('tickwork_ready', queue)
+-- Wake long-polling lease requests; delivered only when the transaction commits. The
+-- payload names the shard's schema: shards sharing a database share the channel, and
+-- each shard's listener keeps its own (a queue name has no space).
+SELECT pg_notify('tickwork_ready', current_schema() || ' ' || queue)
 FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS queues
 
 -- name: release
