@@ -72,13 +72,16 @@ WITH RECURSIVE heads AS (
 ), sources AS (
     -- How many ready runs each head offers this claim (up to a batch; for a limited
     -- job, up to its free slots: a job at its limit offers nothing and its backlog is
-    -- never walked). Counted on the index, no rows carried.
+    -- never walked). Counted on the index, no rows carried: the ORDER BY is the
+    -- index's, which keeps the generic plan on it (without it the plan was a
+    -- sequential scan, walking every dead row at the head of the table).
     SELECT h.queue, h.priority, h.tenant, NULL::text AS job, h.ready_at, h.id,
            (SELECT count(*)
             FROM (SELECT 1
                   FROM live_runs AS r
                   WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
                     AND r.priority = h.priority AND r.tenant = h.tenant
+                  ORDER BY r.ready_at, r.id
                   LIMIT $2) AS ready)::integer AS n
     FROM heads AS h
     UNION ALL
@@ -88,6 +91,7 @@ WITH RECURSIVE heads AS (
                   FROM live_runs AS r
                   WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
                     AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
+                  ORDER BY r.ready_at, r.id
                   LIMIT least($2, greatest(h.free, 0))) AS ready)::integer
     FROM limited_free AS h
 ), priority_shares AS (
