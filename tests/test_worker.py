@@ -621,6 +621,8 @@ class FakeApi:
     leases: list[dict[str, Any]]
     complete_answers: list[int | None] = field(default_factory=list)
     heartbeat_problem: dict[str, Any] | None = None
+    # Run ids whose next completion is answered as an item whose shard was down.
+    unavailable_once: set[str] = field(default_factory=set)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     completed: asyncio.Event = field(default_factory=asyncio.Event)
     expect_completed: int = 0
@@ -670,11 +672,25 @@ class FakeApi:
             return web.Response(
                 status=status, body=orjson.dumps(problem), content_type="application/problem+json"
             )
-        self.done += len(body["items"])
+        items: list[dict[str, Any]] = []
+        for item in body["items"]:
+            if item["runId"] in self.unavailable_once:
+                self.unavailable_once.discard(item["runId"])
+                items.append({"runId": item["runId"], "problem": SHARD_DOWN})
+            else:
+                items.append({"runId": item["runId"], "state": "succeeded"})
+                self.done += 1
         if self.done >= self.expect_completed:
             self.completed.set()
-        items = [{"runId": i["runId"], "state": "succeeded"} for i in body["items"]]
         return web.Response(body=orjson.dumps({"items": items}), content_type="application/json")
+
+
+SHARD_DOWN = {
+    "type": "https://tickwork.dev/problems/store-unavailable",
+    "title": "Store unavailable",
+    "status": 503,
+    "detail": "shard 0 is unavailable (ConnectionResetError); repeat this item shortly",
+}
 
 
 def fake_lease(n: int) -> dict[str, Any]:
@@ -758,6 +774,28 @@ async def test_completion_retries_after_server_errors() -> None:
         }
     ]
     assert results.items[0].state == "succeeded"
+
+
+async def test_only_the_items_whose_shard_was_down_are_completed_again() -> None:
+    fake = FakeApi(
+        leases=[fake_lease(n) for n in range(3)], unavailable_once={"r0-1"}, expect_completed=3
+    )
+
+    async def quick(ctx: RunContext) -> None:
+        return None
+
+    results = await run_fake(
+        fake, quick, complete_window=0.05, retry_base_seconds=0.01, retry_max_seconds=0.02
+    )
+    completes = [
+        [i["runId"] for i in body["items"]] for name, body in fake.calls if name == "complete"
+    ]
+    assert completes == [["r0-0", "r0-1", "r0-2"], ["r0-1"]]
+    assert sorted((r.run_id, r.state) for r in results.items) == [
+        ("r0-0", "succeeded"),
+        ("r0-1", "succeeded"),
+        ("r0-2", "succeeded"),
+    ]
 
 
 async def test_stale_heartbeat_marks_the_context_lost() -> None:

@@ -61,6 +61,12 @@ class Problem:
         """The worker no longer holds the run: a stale lease, or a run that is gone."""
         return self.stale_lease or self.slug == errors.NotFound.slug
 
+    @property
+    def transient(self) -> bool:
+        """Worth repeating later: the server failed or was unavailable (one item of a
+        batch whose shard was down, say), asked the client to slow down, or timed out."""
+        return self.status >= 500 or self.status in _RETRIED_STATUSES
+
     @classmethod
     def from_json(cls, data: Any, status: int = 0) -> Problem:
         if not isinstance(data, dict):
@@ -97,7 +103,7 @@ class ApiError(Exception):
     def transient(self) -> bool:
         """Worth retrying later: the server failed or is unavailable, asked the client
         to slow down, or timed out reading the request."""
-        return self.status >= 500 or self.status in _RETRIED_STATUSES
+        return self.problem.transient
 
 
 _RETRIED_STATUSES: Final = frozenset({errors.QuotaExceeded.status, errors.RequestTimeout.status})
