@@ -232,6 +232,8 @@ class Scheduler:
         if self.observer is not None:
             self._guard(shard, term, "observe")
             await self.observer.observe(conn, shard, await jobs.database_now(conn, self.clock))
+        self._guard(shard, term, "record-pass")
+        await epochs.record_pass(conn, fence, self.clock.now())
         return report
 
     async def _reap(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> int:

@@ -9,6 +9,7 @@
 -- migration 0005_live_and_finished_runs
 -- migration 0006_kubernetes
 -- migration 0007_shard_leases
+-- migration 0008_shard_last_pass
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -254,7 +255,8 @@ CREATE TABLE shard_epoch (
     singleton boolean NOT NULL DEFAULT true,
     epoch bigint NOT NULL DEFAULT 0,
     owner text,
-    acquired_at timestamp with time zone
+    acquired_at timestamp with time zone,
+    last_pass_at timestamp with time zone
 );
 ALTER TABLE shard_epoch ADD CONSTRAINT shard_epoch_pkey PRIMARY KEY (singleton);
 ALTER TABLE shard_epoch ADD CONSTRAINT shard_epoch_singleton_check CHECK (singleton);
