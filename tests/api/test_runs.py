@@ -307,6 +307,26 @@ async def test_get_run_shows_its_attempts(api_server: ApiServer) -> None:
         None,
     )
 
+    # The attempt that succeeds is read from the finished run (it writes no attempt row).
+    async with client(api_server, api_server.worker_token) as worker:
+        done = await worker.post(
+            f"/v1/runs/{run['runId']}/complete",
+            json={"fencingToken": second["fencingToken"], "outcome": "succeeded"},
+        )
+        assert done.json()["state"] == "succeeded"
+    async with client(api_server, api_server.team_token) as team:
+        final = (await team.get(f"/v1/runs/{run['runId']}")).json()
+    one_again, two = final["attempts"]
+    assert one_again == one
+    assert (two["attempt"], two["workerId"], two["outcome"], two["error"]) == (
+        2,
+        "pod-b",
+        "succeeded",
+        None,
+    )
+    assert two["finishedAt"] == final["finishedAt"]
+    assert instant(two["leasedAt"]) == instant(second["leasedAt"])
+
 
 async def test_cancel_a_pending_run_and_a_leased_run(api_server: ApiServer) -> None:
     await make_job(api_server, "long")

@@ -237,8 +237,9 @@ RETURNING r.id, r.fencing_token, r.lease_expires_at, r.cancel_requested
 
 -- name: complete_succeeded
 -- The hot path: every succeeded run of the batch in one statement, which moves the
--- runs from live_runs to the history and records their attempts. A run whose cancel
--- was requested while leased records `cancelled`.
+-- runs from live_runs to the history. A succeeded run's finished row is the record of
+-- its last attempt (see the run_attempts view); a run whose cancel was requested while
+-- leased ends `cancelled` and records its attempt.
 WITH clock AS (
     SELECT coalesce($3::timestamptz, now()) AS now
 ), done AS (
@@ -258,19 +259,23 @@ WITH clock AS (
            NULL, deadline, cancel_requested, last_error, created_at, clock.now, clock.now,
            concurrency, request_fingerprint
     FROM done, clock
+    RETURNING id, fencing_token, state
 ), marked AS (
     -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM done
     ON CONFLICT DO NOTHING
+), recorded AS (
+    INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at,
+                          finished_at, outcome, result_state)
+    SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now, 'cancelled',
+           'cancelled'
+    FROM done, clock
+    WHERE cancel_requested
 )
-INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
-                      outcome, result_state)
-SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now,
-       CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END,
-       CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END
-FROM done, clock
-RETURNING run_id, fencing_token, result_state, next_attempt_at
+SELECT id AS run_id, fencing_token, state AS result_state,
+       NULL::timestamptz AS next_attempt_at
+FROM moved
 
 -- name: lock_leased
 -- The failure path locks its rows first: the retry delay is drawn in Python.
@@ -342,7 +347,7 @@ RETURNING run_id, fencing_token, result_state, next_attempt_at
 -- name: completion_of
 -- What an earlier completion with this token answered (for idempotent repeats).
 SELECT result_state, next_attempt_at
-FROM attempts
+FROM run_attempts
 WHERE run_id = $1 AND fencing_token = $2 AND outcome <> 'lease-expired'
 
 -- name: notify_ready

@@ -112,7 +112,7 @@ LIMIT $5
 -- In the order they happened: a run's tokens strictly increase, while attempt numbers
 -- start again at 1 after a DLQ replay.
 SELECT attempt, fencing_token, worker_id, leased_at, finished_at, outcome, error
-FROM attempts
+FROM run_attempts
 WHERE run_id = $1
 ORDER BY fencing_token
 
