@@ -1,8 +1,9 @@
 """(b) Claim + complete straight against the store, next to the raw-SQL ceiling (a).
 
 One shard, N ready runs preloaded, then two workers (two asyncio tasks in this one
-process, each with a claim connection and another, as a dispatcher has) loop ``leases.claim(batch)`` → ``leases.complete`` (all succeeded) until the
-shard is drained. N is sized from a short calibration drain so that each measurement
+process, each with a claim connection and another, as a dispatcher has) loop
+``leases.claim(batch)`` → ``leases.complete`` (all succeeded) until the shard is
+drained. N is sized from a short calibration drain so that each measurement
 lasts about ``--seconds``. The headline row is batch 100 with one tenant and one
 priority, like the ceiling's table; the fairness row spreads the same work over 5
 tenants and 3 priorities, so the claim merges 15 heads: that is the cost of fairness.

@@ -13,8 +13,10 @@ from tickwork.core.records import (
     PENDING,
     UNRESTRICTED,
     Attempt,
+    Definition,
     JobRunSummary,
     NewRun,
+    ReadyRuns,
     Row,
     Run,
     Scope,
@@ -43,6 +45,7 @@ LAST_FINISHED_RUN: Final = queries.get("last_finished_run")
 RECORD_AUDIT: Final = queries.get("record_audit")
 NOTIFY_READY: Final = queries.get("notify_ready")
 SET_DRY_RUN: Final = queries.get("set_dry_run")
+INSERT_READY_RUNS: Final = queries.get("insert_ready_runs")
 
 
 async def insert(
@@ -143,6 +146,46 @@ async def insert_many(
         conn, sorted({run.queue for run in inserted.values() if run.state is State.ready})
     )
     return results
+
+
+async def insert_ready(
+    conn: Connection,
+    shard: int,
+    definition: Definition,
+    payloads_json: list[str | None],
+    now: datetime | None = None,
+) -> ReadyRuns:
+    """Runs of ``definition``, ready now, one per payload (JSON text, None for none), in
+    one statement; long-polling workers are woken when the transaction commits."""
+    spec = definition.spec
+    row = await conn.fetchrow(
+        INSERT_READY_RUNS,
+        definition.tenant,
+        definition.name,
+        spec.queue,
+        spec.priority.rank,
+        spec.retry.max_attempts,
+        spec.retry.base_seconds,
+        spec.retry.max_seconds,
+        spec.timeout_seconds,
+        spec.concurrency,
+        spec.dry_run,
+        payloads_json,
+        now,
+    )
+    assert row is not None
+    await notify_ready(conn, [spec.queue])
+    return ReadyRuns(
+        shard=shard,
+        tenant=definition.tenant,
+        job=definition.name,
+        queue=spec.queue,
+        priority=spec.priority.rank,
+        max_attempts=spec.retry.max_attempts,
+        created_at=row["now"],
+        ids=list(row["ids"]),
+        payloads_json=payloads_json,
+    )
 
 
 async def notify_ready(conn: Connection, queues: list[str]) -> None:

@@ -228,3 +228,30 @@ SET dry_run = $3
 WHERE tenant = $1 AND job = $2
   AND state IN ('scheduled', 'ready', 'retry_wait')
   AND dry_run <> $3
+
+-- name: insert_ready_runs
+-- The common batch: runs of one job, ready now, without idempotency keys or times of
+-- their own. The job's fields once, the payloads as one array ($11), ids drawn in the
+-- payloads' order and answered in it; no row read back. $1 tenant, $2 job, $3 queue,
+-- $4 priority, $5-$8 max attempts, retry base and cap, timeout, $9 concurrency,
+-- $10 dry run, $12 now (NULL: the database's).
+WITH clock AS (
+    SELECT coalesce($12::timestamptz, now()) AS now
+), new AS (
+    SELECT nextval('run_ids') AS id, p.payload, p.n
+    FROM unnest($11::jsonb[]) WITH ORDINALITY AS p(payload, n)
+), inserted AS (
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           payload, created_at, updated_at, concurrency, dry_run)
+    SELECT new.id, $1, $2, $3, $4, 'ready', 'api', $5, $6, $7, $8, clock.now, clock.now,
+           new.payload, clock.now, clock.now, $9, $10
+    FROM new, clock
+    ORDER BY new.id
+), marked AS (
+    -- Status: this job's runs changed (nothing written when it is already in the set).
+    INSERT INTO changed_jobs (tenant, job) VALUES ($1, $2)
+    ON CONFLICT DO NOTHING
+)
+SELECT (SELECT now FROM clock) AS now, array_agg(id ORDER BY n) AS ids
+FROM new
