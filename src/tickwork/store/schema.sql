@@ -10,7 +10,7 @@
 -- migration 0006_kubernetes
 -- migration 0007_shard_leases
 -- migration 0008_shard_last_pass
--- migration 0009_attempts_of_succeeded_runs
+-- migration 0009_hot_path
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -96,7 +96,8 @@ CREATE TABLE enqueue_buckets (
     tenant text NOT NULL,
     tokens double precision NOT NULL,
     at timestamp with time zone NOT NULL,
-    admitted boolean NOT NULL
+    admitted boolean NOT NULL,
+    taken double precision NOT NULL DEFAULT 0
 );
 ALTER TABLE enqueue_buckets ADD CONSTRAINT enqueue_buckets_pkey PRIMARY KEY (tenant);
 CREATE UNIQUE INDEX enqueue_buckets_pkey ON enqueue_buckets USING btree (tenant);
