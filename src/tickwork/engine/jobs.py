@@ -297,12 +297,8 @@ class Jobs:
                     )
             now = await database_now(conn, self.clock)
             new = self._new_run(definition, request, now)
-            run, created = await runs.insert(conn, shard, new, self.clock.now())
-            if created:
-                await runs.audit(
-                    conn, tenant, name, run.id, "enqueue", actor, None, self.clock.now()
-                )
-            else:
+            run, created = await runs.insert(conn, shard, new, self.clock.now(), actor)
+            if not created:
                 _same_request(run, request)
             return run, created
 

@@ -49,12 +49,17 @@ INSERT_READY_RUNS: Final = queries.get("insert_ready_runs")
 
 
 async def insert(
-    conn: Connection, shard: int, new: NewRun, now: datetime | None = None
+    conn: Connection,
+    shard: int,
+    new: NewRun,
+    now: datetime | None = None,
+    actor: str | None = None,
 ) -> tuple[Run, bool]:
     """Insert a run; with an idempotency key already used, return the first run instead.
 
     Returns ``(run, created)``. A run that is ready at once wakes long-polling workers
-    when the surrounding transaction commits.
+    when the surrounding transaction commits. With ``actor``, a new run's enqueue is
+    recorded in the audit log (in the same statement).
     """
     row = await conn.fetchrow(
         INSERT_RUN,
@@ -76,16 +81,14 @@ async def insert(
         new.concurrency,
         new.request_fingerprint,
         new.dry_run,
+        actor,
     )
     if row is None:
         existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
         if existing is None:  # pragma: no cover - the conflicting row committed first
             raise RuntimeError("idempotency conflict without a visible row")
         return Run.from_record(shard, existing), False
-    run = Run.from_record(shard, row)
-    if run.state is State.ready:
-        await notify_ready(conn, [run.queue])
-    return run, True
+    return Run.from_record(shard, row), True
 
 
 async def set_dry_run(conn: Connection, tenant: str, job: str, dry_run: bool) -> None:

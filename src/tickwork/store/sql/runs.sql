@@ -5,7 +5,9 @@
 -- with an idempotency key first claims the key in run_keys (which outlives the run);
 -- a second insert with the same key inserts nothing (the caller then reads the first
 -- and compares $17, the request's fingerprint, with the one stored). $18: the job is in
--- dry-run mode.
+-- dry-run mode. $19: who enqueues, recorded in the audit log (NULL: nothing recorded).
+-- A run inserted ready wakes long-polling workers at commit: the audit entry and the
+-- notification ride in this statement, not two more round trips.
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
 ), new AS (
@@ -35,8 +37,18 @@ WITH clock AS (
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM inserted
     ON CONFLICT DO NOTHING
+), audited AS (
+    INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
+    SELECT clock.now, inserted.tenant, inserted.job, inserted.id, 'enqueue', $19::text, NULL
+    FROM inserted, clock
+    WHERE $19::text IS NOT NULL
+), notified AS (
+    -- One row whatever it counts: joined below so that it runs.
+    SELECT count(pg_notify('tickwork_ready', current_schema() || ' ' || queue)) AS sent
+    FROM inserted
+    WHERE state = 'ready'
 )
-SELECT * FROM inserted
+SELECT inserted.* FROM inserted, notified
 
 -- name: new_run_ids
 SELECT nextval('run_ids') AS id FROM generate_series(1, $1)
