@@ -106,6 +106,7 @@ async def test_every_scheduler_transaction_checks_the_epoch(
             sweeps.reap(conn, now=now, fence=stale),
             retention.ensure_all_partitions(conn, now + timedelta(days=9), fence=stale),
             retention.drop_expired(conn, now + timedelta(days=90), fence=stale),
+            retention.forget_old_audit(conn, now + timedelta(days=900), fence=stale),
             epochs.record_pass(conn, stale, now),
         ):
             with pytest.raises(epochs.Deposed) as refused:

@@ -10,7 +10,8 @@
 -- migration 0006_kubernetes
 -- migration 0007_shard_leases
 -- migration 0008_shard_last_pass
--- migration 0009_hot_path
+-- migration 0009_audit_by_age
+-- migration 0010_hot_path
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -59,6 +60,7 @@ CREATE TABLE audit_log (
     detail jsonb
 );
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+CREATE INDEX audit_log_at ON audit_log USING btree (at);
 CREATE INDEX audit_log_job_at ON audit_log USING btree (tenant, job, at DESC, id DESC);
 CREATE UNIQUE INDEX audit_log_pkey ON audit_log USING btree (id);
 CREATE INDEX audit_log_tenant_at ON audit_log USING btree (tenant, at DESC, id DESC);
