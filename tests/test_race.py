@@ -73,6 +73,7 @@ async def preload(
                 0,  # no concurrency limit
                 None,  # no request fingerprint: no idempotency key
                 False,  # not a dry run
+                None,  # no audit entry
             )
             for i in range(count)
         ],
