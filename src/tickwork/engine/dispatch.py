@@ -36,6 +36,7 @@ from tickwork.core.records import (
     Outcome,
     Scope,
 )
+from tickwork.engine import forwarding
 from tickwork.engine.shard_health import ShardHealth
 from tickwork.store import leases, outages
 from tickwork.store.database import Database
@@ -310,6 +311,35 @@ class Dispatcher:
                 results[index] = error
                 continue
             groups.setdefault(shard, []).append((index, local, item))
+        await self._answer(groups, per_shard, results)
+        # A run not on the shard its id names may have moved in a reshard: the items
+        # found there are answered again on the shard their run is on now.
+        missing: dict[int, list[tuple[int, int, T]]] = {}
+        for shard, group in groups.items():
+            for index, local, item in group:
+                if isinstance(results[index], NotFound):
+                    missing.setdefault(shard, []).append((index, local, item))
+        if missing:
+            moved = await asyncio.gather(
+                *(
+                    forwarding.follow(self.database, shard, [local for _, local, _ in group])
+                    for shard, group in missing.items()
+                )
+            )
+            again: dict[int, list[tuple[int, int, T]]] = {}
+            for group, where in zip(missing.values(), moved, strict=True):
+                for index, local, item in group:
+                    if local in where:
+                        again.setdefault(where[local], []).append((index, local, item))
+            await self._answer(again, per_shard, results)
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    async def _answer(
+        groups: dict[int, list[tuple[int, int, T]]],
+        per_shard: Callable[[int, list[tuple[int, T]]], Awaitable[list[R | TickworkError]]],
+        results: list[R | TickworkError | None],
+    ) -> None:
         answers = await asyncio.gather(
             *(
                 per_shard(shard, [(local, item) for _, local, item in group])
@@ -319,4 +349,3 @@ class Dispatcher:
         for group, answer in zip(groups.values(), answers, strict=True):
             for (index, _, _), result in zip(group, answer, strict=True):
                 results[index] = result
-        return [r for r in results if r is not None]
