@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +25,7 @@ from conftest import test_tokens as make_tokens
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
+from tickwork.coordination.kubernetes import KubernetesLeases
 from tickwork.coordination.ownership import Fixed
 from tickwork.core import hashing
 from tickwork.core.clock import FrozenClock
@@ -203,6 +205,11 @@ async def test_four_shards_become_eight_with_runs_in_flight(
         keys = await all_rows(new, "SELECT tenant, job, due_at, idempotency_key FROM run_keys")
         assert flat(keys) == installed.keys
         on_expected_shards(keys)
+        for shard in range(OLD, NEW):
+            async with new.connection(shard) as conn:
+                # The next lease of a moved run gets a token above any its workers hold.
+                highest = await conn.fetchval("SELECT max(fencing_token) FROM runs")
+                assert await conn.fetchval("SELECT nextval('fencing_tokens')") > (highest or 0)
 
         engine = Installation.over(new, clock=clock)
         # A worker holding a lease from before: heartbeat and complete with its run id
@@ -348,13 +355,15 @@ async def test_an_interrupted_reshard_is_finished_by_running_it_again(
         assert again.done
 
 
-def tickwork(*arguments: str) -> subprocess.CompletedProcess[str]:
+def tickwork(
+    *arguments: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tickwork", *arguments],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "TICKWORK_COORDINATION": "postgres"},
+        env={**os.environ, "TICKWORK_COORDINATION": "postgres", **(env or {})},
         check=False,
     )
 
@@ -392,3 +401,34 @@ async def test_the_command_dry_run_moves_nothing_and_the_real_run_reshards(
         tickwork, "reshard", "--database-url", database_url, "--to", "8"
     )
     assert again.returncode == 0 and "nothing to do" in again.stdout
+
+
+async def test_the_command_refuses_while_kubernetes_leases_are_held(
+    database_url: str, kube: Any
+) -> None:
+    await kube.create_namespace("tickwork")
+    leases = await KubernetesLeases.connect("tickwork", OLD, kubeconfig=str(kube.kubeconfig))
+    try:
+        await leases.observe("scheduler-a", 60)  # its member Lease
+        assert await leases.hold(3, "scheduler-a", 60)
+
+        def command() -> subprocess.CompletedProcess[str]:
+            return tickwork(
+                *("reshard", "--database-url", database_url, "--to", "8"),
+                *("--coordination", "kubernetes", "--lease-namespace", "tickwork"),
+                env={"KUBECONFIG": str(kube.kubeconfig)},
+            )
+
+        refused = await asyncio.to_thread(command)
+        assert refused.returncode == 1, refused.stderr
+        assert "Lease tickwork/tickwork-shard-3 is held by 'scheduler-a'" in refused.stderr
+        assert "scheduler 'scheduler-a' is live (its member Lease)" in refused.stderr
+        state = await reshard.Resharder(ShardMap.from_dsns([database_url], NEW)).state()
+        assert state.from_count == OLD and not state.resuming  # nothing was touched
+
+        await leases.release(3, "scheduler-a")
+        await leases.leave("scheduler-a")
+        done = await asyncio.to_thread(command)
+        assert done.returncode == 0, done.stderr
+    finally:
+        await leases.close()
