@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -39,7 +40,7 @@ from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import EnqueueRequest
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
-from tickwork.store import migrate, shard_leases
+from tickwork.store import epochs, migrate, shard_leases
 from tickwork.store.database import Database
 
 TENANT = "acme"
@@ -331,9 +332,12 @@ async def test_an_interrupted_reshard_is_finished_by_running_it_again(
                         job,
                     )
             assert copies == 2  # copied, not yet forgotten
-            with pytest.raises(SchemaMismatch, match="run `tickwork reshard --to 8` again"):
-                async with half.connection(shard) as conn:
+            async with half.connection(shard) as conn:
+                # Every role's readiness says so, and no scheduler takes the shard.
+                with pytest.raises(SchemaMismatch, match="run `tickwork reshard --to 8` again"):
                     await migrate.check_shard(conn, after[shard], NEW)
+                with pytest.raises(epochs.Resharding):
+                    await epochs.take(conn, "scheduler-a")
 
         state = await reshard.Resharder(after, clock=clock).state()
         assert state.resuming and (state.from_count, state.to_count) == (OLD, NEW)
@@ -432,3 +436,19 @@ async def test_the_command_refuses_while_kubernetes_leases_are_held(
         assert done.returncode == 0, done.stderr
     finally:
         await leases.close()
+
+
+def test_every_table_of_a_shard_is_moved_by_job_or_tenant_or_kept_by_the_shard() -> None:
+    """A migration that adds a table must say here how a reshard treats it."""
+    from tickwork.store import catalog
+    from tickwork.store import reshard as store_reshard
+
+    tables = set(re.findall(r"^CREATE TABLE (\w+) ", catalog.canonical(), re.MULTILINE))
+    tables -= {"attempts_default", "finished_runs_default"}  # partitions of moved tables
+    handled = (
+        [name for name, _ in store_reshard.JOB_TABLES]
+        + list(store_reshard.JOB_MARKS)
+        + list(store_reshard.TENANT_TABLES)
+        + list(store_reshard.SHARD_TABLES)
+    )
+    assert sorted(handled) == sorted(tables)

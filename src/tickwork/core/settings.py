@@ -139,7 +139,7 @@ class DatabaseSettings(Settings):
     shards: Annotated[int, Field(ge=1, le=4096), Option("--shards", env="TICKWORK_SHARDS")] = (
         DEFAULT_SHARD_COUNT
     )
-    """Number of shards S (fixed at install time)."""
+    """Number of shards S (chosen at install time; ``tickwork reshard`` doubles it)."""
 
     pool: PoolSettings = PoolSettings()
     """The connection pools."""

@@ -306,8 +306,10 @@ class Resharder:
         finally:
             await conn.close()
         async with self._connected(source) as src:
-            # A scheduler that did not stop is deposed here: its writes are refused.
-            await epochs.take(src, EPOCH_OWNER, self._now())
+            if await reshard.in_progress(src) is None:
+                # A scheduler that did not stop is deposed here: its writes are refused,
+                # and no scheduler takes the shard again until the reshard is done.
+                await epochs.take(src, EPOCH_OWNER, self._now())
             async with src.transaction():
                 await reshard.begin(src, self.from_count, self.to_count, "source", self._now())
                 await reshard.set_shard_count(src, self.to_count)

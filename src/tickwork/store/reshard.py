@@ -53,6 +53,21 @@ JOB_TABLES: Final = (
     ("audit_log", queries.get("reshard_copy_audit_log")),
 )
 
+# The job's change mark is not copied but made anew on the new shard (its status names
+# the shard, which changed); the tenant's enqueue bucket moves by tenant.
+JOB_MARKS: Final = ("changed_jobs",)
+TENANT_TABLES: Final = ("enqueue_buckets",)
+# What each shard keeps for itself: never moved.
+SHARD_TABLES: Final = (
+    "moved_runs",
+    "reshard_journal",
+    "scheduler_members",
+    "schema_version",
+    "shard_epoch",
+    "shard_lease",
+    "shard_meta",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
