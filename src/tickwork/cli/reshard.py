@@ -41,9 +41,9 @@ def reshard(**given: Any) -> None:
         raise click.UsageError(
             f"--to {settings.to}: give one database URL for all shards or {settings.to}"
         )
-    resharder = resharding.Resharder(after, progress_every=settings.progress_every)
 
     async def main() -> None:
+        resharder = resharding.Resharder(after, progress_every=settings.progress_every)
         state = await resharder.state()
         if state.done:
             click.echo(f"nothing to do: the installation has {state.to_count} shards")

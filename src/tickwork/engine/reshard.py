@@ -154,9 +154,16 @@ class Resharder:
         when it is not a doubling of the shards there are."""
         async with self._connected(self.after[0]) as conn:
             found = await reshard.identity(conn)
-            entries = await reshard.journal(conn)
+            try:
+                entries = await reshard.journal(conn)
+            except asyncpg.UndefinedTableError:
+                entries = None
         if found is None:
             raise ReshardError("shard 0 is not a migrated tickwork shard: check --database-url")
+        if entries is None:
+            raise ReshardError(
+                "shard 0 is not at the latest schema version: run `tickwork migrate` first"
+            )
         shard, count = found
         if shard != 0:
             raise ReshardError(
@@ -275,22 +282,15 @@ class Resharder:
         source, target = self._pair(number)
         async with self._connected(source) as src:
             found = await reshard.identity(src)
-            if (
-                found is None
-                or found[0] != number
-                or found[1]
-                not in (
-                    self.from_count,
-                    self.to_count,
-                )
-            ):
+            counts = (self.from_count, self.to_count)
+            if found is None or found[0] != number or found[1] not in counts:
                 raise ReshardError(
                     f"the database URL of shard {number} holds "
                     f"{'no tickwork shard' if found is None else f'shard {found[0]}'}: "
                     "give the shards in order, the existing ones first"
                 )
             ids = await reshard.next_ids(src)
-        conn = await database.connect(target, self.connect_timeout, name=APPLICATION_NAME)
+        conn = await self._connect(target)
         try:
             applied = await migrate.migrate_shard(conn, target, self.to_count)
             if applied:
@@ -417,8 +417,16 @@ class Resharder:
 
     @contextlib.asynccontextmanager
     async def _connected(self, shard: Shard) -> AsyncIterator[Connection]:
-        conn = await database.connect(shard, self.connect_timeout, name=APPLICATION_NAME)
+        conn = await self._connect(shard)
         try:
             yield conn
         finally:
             await conn.close()
+
+    async def _connect(self, shard: Shard) -> asyncpg.Connection:
+        try:
+            return await database.connect(shard, self.connect_timeout, name=APPLICATION_NAME)
+        except (OSError, TimeoutError, asyncpg.PostgresError) as error:
+            raise ReshardError(
+                f"cannot connect to the database of shard {shard.number}: {error}"
+            ) from error
