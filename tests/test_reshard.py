@@ -40,6 +40,7 @@ from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import EnqueueRequest
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
+from tickwork.store import database as store_database
 from tickwork.store import epochs, migrate, shard_leases
 from tickwork.store.database import Database
 
@@ -291,8 +292,6 @@ async def test_refused_while_a_role_is_connected_or_a_scheduler_holds_a_lease(
         with pytest.raises(reshard.Refused):
             await resharder.run()
     async with contextlib.AsyncExitStack() as stack:
-        from tickwork.store import database as store_database
-
         conn = await store_database.connect(after[2], name="a-test")
         stack.push_async_callback(conn.close)
         assert await shard_leases.hold(conn, "scheduler-a", 10, clock.now())
@@ -452,3 +451,49 @@ def test_every_table_of_a_shard_is_moved_by_job_or_tenant_or_kept_by_the_shard()
         + list(store_reshard.SHARD_TABLES)
     )
     assert sorted(handled) == sorted(tables)
+
+
+async def test_a_reshard_killed_mid_way_is_finished_by_running_it_again(
+    database_url: str, clock: FrozenClock
+) -> None:
+    async with Database(ShardMap.from_dsns([database_url], OLD)) as old:
+        jobs = Installation.over(old, clock=clock).jobs
+        for index in range(160):
+            await jobs.put(TENANT, f"job-{index}", JobSpec(), ACTOR)
+            await jobs.enqueue(TENANT, f"job-{index}", EnqueueRequest(), ACTOR)
+        before = flat(await all_rows(old, RUNS))
+    after = ShardMap.from_dsns([database_url], NEW)
+
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "tickwork", "reshard", "--database-url", database_url),
+        *("--to", "8"),
+        env={**os.environ, "TICKWORK_COORDINATION": "postgres"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    watcher = await store_database.connect(after[0], name="a-test")
+    try:
+        async with asyncio.timeout(30):
+            while True:  # SIGKILL once shard 0 has moved a few jobs
+                moved = await watcher.fetchval(
+                    "SELECT moved_jobs FROM reshard_journal WHERE phase = 'moving'"
+                )
+                if moved is not None and moved >= 3:
+                    break
+                await asyncio.sleep(0.005)
+    finally:
+        await watcher.close()
+        process.kill()
+        await process.wait()
+
+    state = await reshard.Resharder(after).state()
+    assert state.resuming, "the reshard was killed mid-way"
+    finished = await asyncio.to_thread(
+        tickwork, "reshard", "--database-url", database_url, "--to", "8"
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "resuming the reshard from 4 to 8 shards" in finished.stderr
+    async with Database(after) as new:
+        runs = await all_rows(new, RUNS)
+        assert flat(runs) == before
+        on_expected_shards(runs)
