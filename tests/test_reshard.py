@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN, TEMPLATE, scratch_database
+from conftest import ADMIN_TOKEN, scratch_database
 from conftest import test_tokens as make_tokens
 
 from tickwork.api.app import create_app
@@ -304,58 +304,58 @@ async def test_refused_while_a_role_is_connected_or_a_scheduler_holds_a_lease(
 
 
 async def test_an_interrupted_reshard_is_finished_by_running_it_again(
-    server_url: str, clock: FrozenClock
+    database_url: str, clock: FrozenClock
 ) -> None:
-    async with scratch_database(server_url, "tickwork_reshard", TEMPLATE) as url:
-        async with Database(ShardMap.from_dsns([url], OLD)) as old:
-            installed = await populate(old, clock)
-        after = ShardMap.from_dsns([url], NEW)
-        first = reshard.Resharder(after, clock=clock)
-        first.test_signals.init()
-        task = asyncio.create_task(first.run())
-        # Cut it short between a job's copy (committed on its new shard) and its
-        # forgetting on the old one: the worst moment.
-        for _ in range(3):
-            shard, tenant, job = await first.test_signals.copied.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    url = database_url
+    async with Database(ShardMap.from_dsns([url], OLD)) as old:
+        installed = await populate(old, clock)
+    after = ShardMap.from_dsns([url], NEW)
+    first = reshard.Resharder(after, clock=clock)
+    first.test_signals.init()
+    task = asyncio.create_task(first.run())
+    # Cut it short between a job's copy (committed on its new shard) and its
+    # forgetting on the old one: the worst moment.
+    for _ in range(3):
+        shard, tenant, job = await first.test_signals.copied.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
-        async with Database(after) as half:
-            copies = 0
-            for number in range(NEW):
-                async with half.connection(number) as conn:
-                    copies += await conn.fetchval(
-                        "SELECT count(*) FROM definitions WHERE tenant = $1 AND name = $2",
-                        tenant,
-                        job,
-                    )
-            assert copies == 2  # copied, not yet forgotten
-            async with half.connection(shard) as conn:
-                # Every role's readiness says so, and no scheduler takes the shard.
-                with pytest.raises(SchemaMismatch, match="run `tickwork reshard --to 8` again"):
-                    await migrate.check_shard(conn, after[shard], NEW)
-                with pytest.raises(epochs.Resharding):
-                    await epochs.take(conn, "scheduler-a")
+    async with Database(after) as half:
+        copies = 0
+        for number in range(NEW):
+            async with half.connection(number) as conn:
+                copies += await conn.fetchval(
+                    "SELECT count(*) FROM definitions WHERE tenant = $1 AND name = $2",
+                    tenant,
+                    job,
+                )
+        assert copies == 2  # copied, not yet forgotten
+        async with half.connection(shard) as conn:
+            # Every role's readiness says so, and no scheduler takes the shard.
+            with pytest.raises(SchemaMismatch, match="run `tickwork reshard --to 8` again"):
+                await migrate.check_shard(conn, after[shard], NEW)
+            with pytest.raises(epochs.Resharding):
+                await epochs.take(conn, "scheduler-a")
 
-        state = await reshard.Resharder(after, clock=clock).state()
-        assert state.resuming and (state.from_count, state.to_count) == (OLD, NEW)
-        await reshard.Resharder(after, clock=clock).run()
+    state = await reshard.Resharder(after, clock=clock).state()
+    assert state.resuming and (state.from_count, state.to_count) == (OLD, NEW)
+    await reshard.Resharder(after, clock=clock).run()
 
-        async with Database(after) as new:
-            runs = await all_rows(new, RUNS)
-            assert flat(runs) == installed.runs
-            on_expected_shards(runs)
-            definitions = await all_rows(
-                new, "SELECT tenant, name, next_due_at, spec::text FROM definitions"
-            )
-            assert flat(definitions) == installed.definitions
-            journal = await all_rows(new, "SELECT role, phase FROM reshard_journal")
-            assert {s: rows for s, rows in journal.items()} == {
-                s: [("source" if s < OLD else "target", "done")] for s in range(NEW)
-            }
-        again = await reshard.Resharder(after, clock=clock).state()
-        assert again.done
+    async with Database(after) as new:
+        runs = await all_rows(new, RUNS)
+        assert flat(runs) == installed.runs
+        on_expected_shards(runs)
+        definitions = await all_rows(
+            new, "SELECT tenant, name, next_due_at, spec::text FROM definitions"
+        )
+        assert flat(definitions) == installed.definitions
+        journal = await all_rows(new, "SELECT role, phase FROM reshard_journal")
+        assert {s: rows for s, rows in journal.items()} == {
+            s: [("source" if s < OLD else "target", "done")] for s in range(NEW)
+        }
+    again = await reshard.Resharder(after, clock=clock).state()
+    assert again.done
 
 
 def tickwork(
