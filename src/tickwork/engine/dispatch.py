@@ -47,6 +47,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
+# Seconds a worker waits before repeating an item whose shard was down (the same as a
+# whole call's 503 store-unavailable).
+ITEM_RETRY_AFTER = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatItem:
@@ -311,7 +315,7 @@ class Dispatcher:
                 results[index] = error
                 continue
             groups.setdefault(shard, []).append((index, local, item))
-        await self._answer(groups, per_shard, results)
+        await self._answer(groups, per_shard, results, whole_call=True)
         # A run not on the shard its id names may have moved in a reshard: the items
         # found there are answered again on the shard their run is on now.
         missing: dict[int, list[tuple[int, int, T]]] = {}
@@ -324,14 +328,21 @@ class Dispatcher:
                 *(
                     forwarding.follow(self.database, shard, [local for _, local, _ in group])
                     for shard, group in missing.items()
-                )
+                ),
+                return_exceptions=True,
             )
             again: dict[int, list[tuple[int, int, T]]] = {}
-            for group, where in zip(missing.values(), moved, strict=True):
+            for shard, group, where in zip(missing, missing.values(), moved, strict=True):
+                if isinstance(where, BaseException):
+                    if not isinstance(where, Exception) or not outages.is_outage(where):
+                        raise where
+                    for index, _, _ in group:
+                        results[index] = _unavailable(shard, where)
+                    continue
                 for index, local, item in group:
                     if local in where:
                         again.setdefault(where[local], []).append((index, local, item))
-            await self._answer(again, per_shard, results)
+            await self._answer(again, per_shard, results, whole_call=False)
         return [r for r in results if r is not None]
 
     @staticmethod
@@ -339,13 +350,42 @@ class Dispatcher:
         groups: dict[int, list[tuple[int, int, T]]],
         per_shard: Callable[[int, list[tuple[int, T]]], Awaitable[list[R | TickworkError]]],
         results: list[R | TickworkError | None],
+        *,
+        whole_call: bool,
     ) -> None:
+        """Answer each group on its shard. ``whole_call``: these are all the call's
+        items, so when every shard failed the call fails (503, as for one shard)."""
         answers = await asyncio.gather(
             *(
                 per_shard(shard, [(local, item) for _, local, item in group])
                 for shard, group in groups.items()
-            )
+            ),
+            return_exceptions=True,
         )
-        for group, answer in zip(groups.values(), answers, strict=True):
+        failed = [a for a in answers if isinstance(a, BaseException)]
+        everything = whole_call and len(failed) == len(answers)
+        if failed and (everything or not all(map(outages.is_outage, failed))):
+            # Nothing went through (a 503 for the whole call, as for one shard), or
+            # something other than an outage went wrong: that is the caller's answer.
+            raise failed[0]
+        for shard, group, answer in zip(groups, groups.values(), answers, strict=True):
+            if isinstance(answer, BaseException):
+                # One shard down fails only its items: the others' heartbeats and
+                # completions went through, and the worker repeats just these.
+                logger.warning(
+                    "shard %d: %d item(s) not applied (%s)",
+                    shard,
+                    len(group),
+                    outages.describe(answer),
+                    extra={"action": "store-unavailable", "shard": shard},
+                )
+                answer = [_unavailable(shard, answer)] * len(group)
             for (index, _, _), result in zip(group, answer, strict=True):
                 results[index] = result
+
+
+def _unavailable(shard: int, error: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"shard {shard} is unavailable ({outages.describe(error)}); repeat this item shortly",
+        retry_after=ITEM_RETRY_AFTER,
+    )

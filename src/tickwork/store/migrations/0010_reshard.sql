@@ -1,4 +1,4 @@
--- tickwork shard schema, version 8: doubling the shard count (`tickwork reshard`).
+-- tickwork shard schema, version 10: doubling the shard count (`tickwork reshard`).
 --
 -- reshard_journal: one row per reshard this shard took part in, as the source that
 -- splits (shard k of S, whose jobs go to k or k + S) or as the new shard k + S. While a
