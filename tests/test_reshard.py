@@ -497,3 +497,34 @@ async def test_a_reshard_killed_mid_way_is_finished_by_running_it_again(
         runs = await all_rows(new, RUNS)
         assert flat(runs) == before
         on_expected_shards(runs)
+
+
+async def test_an_old_run_id_follows_its_run_across_two_reshards(
+    database_url: str, clock: FrozenClock
+) -> None:
+    # Shard 13 of 16 is shard 5 of 8 and shard 1 of 4: two hops.
+    name = next(
+        f"twice-{n}" for n in range(10_000) if hashing.shard_of(TENANT, f"twice-{n}", 16) == 13
+    )
+    async with Database(ShardMap.from_dsns([database_url], OLD)) as old:
+        engine = Installation.over(old, clock=clock)
+        await engine.jobs.put(TENANT, name, JobSpec(), ACTOR)
+        await engine.jobs.enqueue(TENANT, name, EnqueueRequest(), ACTOR)
+        [lease] = await engine.dispatcher.lease(
+            ["default"], limit=1, worker_id="w1", lease_seconds=300
+        )
+    assert lease.shard == 1
+    for count in (8, 16):
+        await reshard.Resharder(ShardMap.from_dsns([database_url], count), clock=clock).run()
+
+    async with Database(ShardMap.from_dsns([database_url], 16)) as new:
+        engine = Installation.over(new, clock=clock)
+        run, _ = await engine.jobs.run(lease.run_id)
+        assert run.run_id == f"r13-{lease.id}" and run.state.value == "leased"
+        [beat] = await engine.dispatcher.heartbeat(
+            [HeartbeatItem(lease.run_id, lease.fencing_token, 60)]
+        )
+        assert not isinstance(beat, Exception), beat
+        # The intermediate id (shard 5 of 8) resolves too.
+        run, _ = await engine.jobs.run(f"r5-{lease.id}")
+        assert run.run_id == f"r13-{lease.id}"
