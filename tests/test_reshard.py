@@ -48,6 +48,11 @@ TENANT = "acme"
 ACTOR = "test"
 OLD, NEW = 4, 8
 
+# Attempts by run and the audit log by job: the history that moves with a job.
+HISTORY = (
+    "SELECT 'attempt', run_id::text, attempt, fencing_token, outcome FROM attempts"
+    " UNION ALL SELECT tenant, job, id::int, null, action FROM audit_log"
+)
 RUNS = (
     "SELECT tenant, job, id, state, origin, due_at, attempt, fencing_token, lease_owner,"
     " lease_expires_at, idempotency_key, payload::text FROM runs"
@@ -91,6 +96,7 @@ class Installed:
     keys: Counter[tuple[object, ...]]
     leases: list[Lease]
     cron: list[str]
+    history: Counter[tuple[object, ...]]
 
 
 async def populate(database: Database, clock: FrozenClock) -> Installed:
@@ -149,6 +155,7 @@ async def populate(database: Database, clock: FrozenClock) -> Installed:
         ),
         leases=held,
         cron=cron,
+        history=flat(await all_rows(database, HISTORY)),
     )
     states = Counter(row[3] for row in installed.runs)
     assert states["scheduled"] >= len(cron) and states["leased"] == len(leased)
@@ -207,6 +214,9 @@ async def test_four_shards_become_eight_with_runs_in_flight(
         keys = await all_rows(new, "SELECT tenant, job, due_at, idempotency_key FROM run_keys")
         assert flat(keys) == installed.keys
         on_expected_shards(keys)
+        assert flat(await all_rows(new, HISTORY)) == installed.history
+        attempts = sum(n for row, n in installed.history.items() if row[0] == "attempt")
+        assert attempts == len(installed.leases)
         for shard in range(OLD, NEW):
             async with new.connection(shard) as conn:
                 # The next lease of a moved run gets a token above any its workers hold.
