@@ -22,6 +22,7 @@ MODELS: Final[dict[str, type[Settings]]] = {
     model.__name__: model
     for model in (
         role_settings.MigrateSettings,
+        role_settings.ReshardSettings,
         role_settings.SchedulerSettings,
         role_settings.DispatcherSettings,
         role_settings.OperatorSettings,

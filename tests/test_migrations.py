@@ -73,6 +73,8 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "finished_runs",
         "finished_runs_default",
         "live_runs",
+        "moved_runs",
+        "reshard_journal",
         "run_keys",
         "scheduler_members",
         "schema_version",

@@ -23,6 +23,12 @@ _ROLES: Final = {
     "migrate": ("tickwork.cli.roles", "migrate", "server", "Create or upgrade the shards."),
     "scheduler": ("tickwork.cli.roles", "scheduler", "server", "Materialise, flip, reap."),
     "dispatcher": ("tickwork.cli.roles", "dispatcher", "server", "Serve the HTTP API."),
+    "reshard": (
+        "tickwork.cli.reshard",
+        "reshard",
+        "server",
+        "Double the shard count (in a maintenance window).",
+    ),
     "operator": (
         "tickwork.cli.operate",
         "operator",

@@ -258,10 +258,10 @@ class Coordinator:
 
     # --- the steps ---
 
-    async def _renew(self, shard: int) -> None:
-        held = self._held.get(shard)
-        if held is None:
-            return
+    async def _hold(self, shard: int, operation: str) -> tuple[bool, float] | None:
+        """One bounded ``hold`` of the shard's lease (a renewal or a take): whether it
+        held, and until when this replica may then write (counted from when the call
+        was SENT); None when the call failed (reported as ``operation``)."""
         sent = self._monotonic()
         try:
             ok = await self._calls.within(
@@ -269,32 +269,32 @@ class Coordinator:
                 self.backend.hold(shard, self.identity, self.timing.lease_seconds),
             )
         except Exception as error:
-            self._failed("renew", shard, error)
+            self._failed(operation, shard, error)
+            return None
+        return ok, sent + self.timing.lease_seconds - self.timing.skew
+
+    async def _renew(self, shard: int) -> None:
+        held = self._held.get(shard)
+        if held is None:
             return
-        if self._held.get(shard) is not held:
-            return  # lost or released meanwhile
+        answer = await self._hold(shard, "renew")
+        if answer is None or self._held.get(shard) is not held:
+            return  # failed (the deadline stands), or lost or released meanwhile
+        ok, valid_until = answer
         if not ok:
             self._lose(shard, "taken")
         elif held.valid_until <= self._monotonic():
             # The answer came after the deadline: writing stopped, so this is a new term.
             self._lose(shard, "expired")
         else:
-            held.valid_until = sent + self.timing.lease_seconds - self.timing.skew
+            held.valid_until = valid_until
 
     async def _take(self, shard: int, observation: Observation) -> None:
-        sent = self._monotonic()
-        try:
-            ok = await self._calls.within(
-                self.timing.call,
-                self.backend.hold(shard, self.identity, self.timing.lease_seconds),
-            )
-        except Exception as error:
-            self._failed("acquire", shard, error)
-            return
-        if not ok or shard in self._held:
+        answer = await self._hold(shard, "acquire")
+        if answer is None or not answer[0] or shard in self._held:
             return
         term = next(self._terms)
-        self._held[shard] = _Held(term, sent + self.timing.lease_seconds - self.timing.skew)
+        self._held[shard] = _Held(term, answer[1])
         before = observation.leases.get(shard)
         transition = before is not None and before.holder not in (None, self.identity)
         logger.info(

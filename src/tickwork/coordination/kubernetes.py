@@ -150,6 +150,14 @@ class KubernetesLeases:
         await self._write(
             member_lease_name(identity), identity, lease_seconds, MEMBER_LABELS, take=True
         )
+        return await self._listed(self.shard_count)
+
+    async def inspect(self) -> Observation:
+        """Every shard Lease (whatever its number) and the live members, read only:
+        nobody is announced (what ``tickwork reshard`` checks before it starts)."""
+        return await self._listed(None)
+
+    async def _listed(self, shard_count: int | None) -> Observation:
         listed = await self._leases.list_namespaced_lease(
             self.namespace, label_selector=SELECTOR, _request_timeout=self.request_seconds
         )
@@ -162,7 +170,7 @@ class KubernetesLeases:
             holder, remaining = _holding(item, now)
             if name.startswith(SHARD_LEASE_PREFIX):
                 number = name.removeprefix(SHARD_LEASE_PREFIX)
-                if number.isdigit() and int(number) < self.shard_count:
+                if number.isdigit() and (shard_count is None or int(number) < shard_count):
                     shard = int(number)
                     transitions = item.spec.lease_transitions or 0
                     leases[shard] = LeaseState(shard, holder, remaining, transitions)

@@ -140,7 +140,7 @@ class DatabaseSettings(Settings):
     shards: Annotated[int, Field(ge=1, le=4096), Option("--shards", env="TICKWORK_SHARDS")] = (
         DEFAULT_SHARD_COUNT
     )
-    """Number of shards S (fixed at install time)."""
+    """Number of shards S (chosen at install time; ``tickwork reshard`` doubles it)."""
 
     pool: PoolSettings = PoolSettings()
     """The connection pools."""
@@ -213,6 +213,51 @@ class MigrateSettings(Settings):
 
     database: DatabaseSettings = DatabaseSettings()
     """Where the shards live."""
+
+    log: LogSettings = LogSettings()
+    """Logging."""
+
+
+class ReshardSettings(Settings):
+    """``tickwork reshard``: double the shard count in a maintenance window
+    (``docs/operations.md``, resharding)."""
+
+    database_urls: Annotated[
+        tuple[str, ...],
+        Field(
+            description=(
+                "PostgreSQL URL of the shards AFTER the reshard: once for all shards (a "
+                "schema each), or once per shard in shard order, the existing shards "
+                "first and then the new ones (the variable: space-separated)."
+            )
+        ),
+        Option("--database-url", env="TICKWORK_DATABASE_URL"),
+    ] = ()
+
+    to: Annotated[int, Field(ge=2, le=4096), Option("--to")]
+    """The shard count after the reshard: twice the shards there are."""
+
+    dry_run: Annotated[bool, Option("--dry-run")] = False
+    """Print what would move, shard by shard, and change nothing."""
+
+    coordination: Annotated[
+        Literal["kubernetes", "postgres"] | None,
+        Option("--coordination", env="TICKWORK_COORDINATION"),
+    ] = None
+    """Where the schedulers' shard leases live, checked before anything moves (the
+    ``postgres`` tables are always checked). Unset: ``kubernetes`` in a pod, else
+    ``postgres``."""
+
+    lease_namespace: Annotated[
+        str | None,
+        Field(min_length=1, max_length=63),
+        Option("--lease-namespace", env="TICKWORK_LEASE_NAMESPACE"),
+    ] = None
+    """Namespace of the schedulers' Lease objects (``kubernetes``). Unset:
+    ``$POD_NAMESPACE``, else ``tickwork``."""
+
+    progress_every: Annotated[int, Field(ge=1)] = 1000
+    """Log the counts of a shard every this many jobs looked at."""
 
     log: LogSettings = LogSettings()
     """Logging."""

@@ -1,8 +1,9 @@
 """Shards: which PostgreSQL database (and schema) holds a job, and how run ids route.
 
-S shards are fixed at install time. The shard of a job is a stable hash of
-``tenant/name`` modulo S; a run id encodes its shard, so any dispatcher routes a
-heartbeat or a completion with no lookup. Shards may share one server (one DSN for
+S shards are chosen at install time (``tickwork reshard`` doubles them). The shard of
+a job is a stable hash of ``tenant/name`` modulo S; a run id encodes its shard, so any
+dispatcher routes a heartbeat or a completion with no lookup (an id of a run a reshard
+moved is forwarded by its old shard). Shards may share one server (one DSN for
 all, a schema each: development) or each have their own DSN (production).
 """
 

@@ -36,6 +36,7 @@ from tickwork.core.records import (
     Outcome,
     Scope,
 )
+from tickwork.engine import forwarding
 from tickwork.engine.shard_health import ShardHealth
 from tickwork.store import leases, outages
 from tickwork.store.database import Database
@@ -322,6 +323,46 @@ class Dispatcher:
                 results[index] = error
                 continue
             groups.setdefault(shard, []).append((index, local, item))
+        await self._answer(groups, per_shard, results, whole_call=True)
+        # A run not on the shard its id names may have moved in a reshard: the items
+        # found there are answered again on the shard their run is on now.
+        missing: dict[int, list[tuple[int, int, T]]] = {}
+        for shard, group in groups.items():
+            for index, local, item in group:
+                if isinstance(results[index], NotFound):
+                    missing.setdefault(shard, []).append((index, local, item))
+        if missing:
+            moved = await asyncio.gather(
+                *(
+                    forwarding.follow(self.database, shard, [local for _, local, _ in group])
+                    for shard, group in missing.items()
+                ),
+                return_exceptions=True,
+            )
+            again: dict[int, list[tuple[int, int, T]]] = {}
+            for shard, group, where in zip(missing, missing.values(), moved, strict=True):
+                if isinstance(where, BaseException):
+                    if not isinstance(where, Exception) or not outages.is_outage(where):
+                        raise where
+                    for index, _, _ in group:
+                        results[index] = _unavailable(shard, where)
+                    continue
+                for index, local, item in group:
+                    if local in where:
+                        again.setdefault(where[local], []).append((index, local, item))
+            await self._answer(again, per_shard, results, whole_call=False)
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    async def _answer(
+        groups: dict[int, list[tuple[int, int, T]]],
+        per_shard: Callable[[int, list[tuple[int, T]]], Awaitable[list[R | TickworkError]]],
+        results: list[R | TickworkError | None],
+        *,
+        whole_call: bool,
+    ) -> None:
+        """Answer each group on its shard. ``whole_call``: these are all the call's
+        items, so when every shard failed the call fails (503, as for one shard)."""
         answers = await asyncio.gather(
             *(
                 per_shard(shard, [(local, item) for _, local, item in group])
@@ -330,7 +371,8 @@ class Dispatcher:
             return_exceptions=True,
         )
         failed = [a for a in answers if isinstance(a, BaseException)]
-        if failed and (len(failed) == len(answers) or not all(map(outages.is_outage, failed))):
+        everything = whole_call and len(failed) == len(answers)
+        if failed and (everything or not all(map(outages.is_outage, failed))):
             # Nothing went through (a 503 for the whole call, as for one shard), or
             # something other than an outage went wrong: that is the caller's answer.
             raise failed[0]
@@ -348,7 +390,6 @@ class Dispatcher:
                 answer = [_unavailable(shard, answer)] * len(group)
             for (index, _, _), result in zip(group, answer, strict=True):
                 results[index] = result
-        return [r for r in results if r is not None]
 
 
 def _unavailable(shard: int, error: BaseException) -> StoreUnavailable:

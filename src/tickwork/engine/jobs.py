@@ -9,10 +9,10 @@ from __future__ import annotations
 import enum
 import hashlib
 import heapq
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -23,6 +23,7 @@ from tickwork.core.errors import (
     IdempotencyKeyReused,
     InvalidRequest,
     ManagedByKubernetes,
+    NotFound,
 )
 from tickwork.core.records import (
     UNRESTRICTED,
@@ -39,13 +40,14 @@ from tickwork.core.records import (
     State,
 )
 from tickwork.core.spec import JobSpec, Priority
-from tickwork.engine import cursors
+from tickwork.engine import cursors, forwarding
 from tickwork.store import clock as store_clock
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
 
 # In the payloads of enqueue_ready: the item gave none, the run takes the job's.
 JOB_PAYLOAD: Final = object()
+T = TypeVar("T")
 
 
 async def database_now(conn: Connection, clock: Clock) -> datetime:
@@ -334,12 +336,29 @@ class Jobs:
             ),
         )
 
+    async def on_run(self, run_id: str, work: Callable[[Connection, int, int], Awaitable[T]]) -> T:
+        """``work(conn, shard, local id)`` on the shard that holds run ``run_id``: the
+        one its id names or, when the run moved there in a reshard, the one its
+        forwarding rows lead to (``engine.forwarding``)."""
+        shard, local = self.locate_run(run_id)
+        try:
+            async with self.database.connection(shard) as conn:
+                return await work(conn, shard, local)
+        except NotFound:
+            moved = await forwarding.follow(self.database, shard, [local])
+            if local not in moved:
+                raise
+        async with self.database.connection(moved[local]) as conn:
+            return await work(conn, moved[local], local)
+
     async def run(self, run_id: str, scope: Scope = UNRESTRICTED) -> tuple[Run, list[Attempt]]:
         """A run with its attempts, if ``scope`` may see it (``NotFound`` otherwise)."""
-        shard, local = self.locate_run(run_id)
-        async with self.database.connection(shard) as conn:
+
+        async def read(conn: Connection, shard: int, local: int) -> tuple[Run, list[Attempt]]:
             run = await runs.get(conn, shard, local, scope)
             return run, await runs.attempts(conn, run)
+
+        return await self.on_run(run_id, read)
 
     async def runs_of_job(
         self,
@@ -364,9 +383,12 @@ class Jobs:
 
     async def cancel(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
         """Cancel a run ``scope`` may see; the check and the cancel are one transaction."""
-        shard, local = self.locate_run(run_id)
-        async with self.database.connection(shard) as conn:
-            return await runs.cancel(conn, shard, local, actor, self.clock.now(), scope)
+        return await self.on_run(
+            run_id,
+            lambda conn, shard, local: runs.cancel(
+                conn, shard, local, actor, self.clock.now(), scope
+            ),
+        )
 
     async def enqueue_many(
         self, tenant: str, name: str, requests: Sequence[EnqueueRequest], actor: str
@@ -458,15 +480,21 @@ class Jobs:
 
     async def replay(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
         """Replay a dead run ``scope`` may see (checked in the replay's transaction)."""
-        shard, local = self.locate_run(run_id)
-        async with self.database.connection(shard) as conn:
-            return await dlq.replay(conn, shard, local, actor, self.clock.now(), scope)
+        return await self.on_run(
+            run_id,
+            lambda conn, shard, local: dlq.replay(
+                conn, shard, local, actor, self.clock.now(), scope
+            ),
+        )
 
     async def discard(self, run_id: str, actor: str, scope: Scope = UNRESTRICTED) -> Run:
         """Discard a dead run ``scope`` may see (checked in the discard's transaction)."""
-        shard, local = self.locate_run(run_id)
-        async with self.database.connection(shard) as conn:
-            return await dlq.discard(conn, shard, local, actor, self.clock.now(), scope)
+        return await self.on_run(
+            run_id,
+            lambda conn, shard, local: dlq.discard(
+                conn, shard, local, actor, self.clock.now(), scope
+            ),
+        )
 
 
 def refuse_managed(current: Definition, manager: Manager | None) -> None:

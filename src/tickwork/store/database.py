@@ -28,11 +28,16 @@ _DEFAULT_POOL: Final = PoolSettings()
 IDLE_IN_TRANSACTION_TIMEOUT: Final = "60s"
 
 
-def server_settings(shard: Shard) -> dict[str, str]:
+def application_name(shard: int) -> str:
+    """The ``application_name`` of the roles' sessions on ``shard``."""
+    return f"tickwork-shard-{shard}"
+
+
+def server_settings(shard: Shard, name: str | None = None) -> dict[str, str]:
     """Session settings of every connection to ``shard``: its schema comes first."""
     return {
         "search_path": shard.schema,
-        "application_name": f"tickwork-shard-{shard.number}",
+        "application_name": name or application_name(shard.number),
         "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT,
         # Short statements only: compiling one (the claim) took longer than running it.
         "jit": "off",
@@ -58,10 +63,15 @@ def claim_settings(shard: Shard) -> dict[str, str]:
 
 
 async def connect(
-    shard: Shard, connect_timeout: float = _DEFAULT_POOL.connect_timeout, *, claims: bool = False
+    shard: Shard,
+    connect_timeout: float = _DEFAULT_POOL.connect_timeout,
+    *,
+    name: str | None = None,
+    claims: bool = False,
 ) -> asyncpg.Connection:
-    """A single connection to ``shard`` (for migrations, listeners and tests; with
-    ``claims``, a ``ClaimConnection``)."""
+    """A single connection to ``shard`` (for migrations, listeners, maintenance and
+    tests); ``name`` its ``application_name`` when not a role's; with ``claims``, a
+    ``ClaimConnection``."""
     if claims:
         connection: asyncpg.Connection = await asyncpg.connect(
             shard.dsn,
@@ -71,7 +81,7 @@ async def connect(
         )
         return connection
     return await asyncpg.connect(
-        shard.dsn, server_settings=server_settings(shard), timeout=connect_timeout
+        shard.dsn, server_settings=server_settings(shard, name), timeout=connect_timeout
     )
 
 

@@ -43,6 +43,11 @@ class Deposed(Exception):
         )
 
 
+class Resharding(Exception):
+    """The shard is being resharded (``tickwork reshard`` has not finished): no
+    scheduler may take it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Fence:
     """What a writer checks in each of its transactions: its epoch, and how long its
@@ -120,6 +125,10 @@ async def take(
                 extra={"action": "epoch-wait"},
             )
             continue
-        assert row is not None
+        if row is None:
+            raise Resharding(
+                "the shard is being resharded and the reshard has not finished: run "
+                "`tickwork reshard` again to finish it"
+            )
         return Holder(row["epoch"], row["owner"], row["acquired_at"])
     raise AssertionError("unreachable")

@@ -39,6 +39,7 @@ SHARD_IDENTITY = queries.get("shard_identity")
 CLAIM_SHARD_IDENTITY = queries.get("claim_shard_identity")
 APPLIED_VERSIONS = queries.get("applied_versions")
 RECORD_VERSION = queries.get("record_version")
+RESHARD_IN_PROGRESS = queries.get("reshard_in_progress")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,13 @@ async def check_shard(conn: Connection, shard: Shard, shard_count: int) -> None:
             f"{latest}: run `tickwork migrate`"
         )
     await _check_identity(conn, shard, shard_count)
+    moving = await conn.fetchrow(RESHARD_IN_PROGRESS)
+    if moving is not None:
+        raise SchemaMismatch(
+            f"shard {shard.number} is being resharded from {moving['from_count']} to "
+            f"{moving['to_count']} shards and the reshard has not finished: run "
+            f"`tickwork reshard --to {moving['to_count']}` again to finish it"
+        )
 
 
 async def migrate_all(shards: tuple[Shard, ...]) -> dict[int, list[int]]:

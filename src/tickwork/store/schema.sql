@@ -11,7 +11,8 @@
 -- migration 0007_shard_leases
 -- migration 0008_shard_last_pass
 -- migration 0009_audit_by_age
--- migration 0010_hot_path
+-- migration 0010_reshard
+-- migration 0011_hot_path
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -224,6 +225,34 @@ CREATE INDEX live_runs_limited_leased ON live_runs USING btree (tenant, job) WHE
 CREATE UNIQUE INDEX live_runs_pkey ON live_runs USING btree (id);
 CREATE INDEX live_runs_start_deadline ON live_runs USING btree (start_deadline) WHERE ((start_deadline IS NOT NULL) AND (attempt = 0) AND (state = ANY (ARRAY['scheduled'::text, 'ready'::text])));
 CREATE INDEX live_runs_waiting ON live_runs USING btree (ready_at) WHERE (state = ANY (ARRAY['scheduled'::text, 'retry_wait'::text]));
+
+CREATE TABLE moved_runs (
+    run_id bigint NOT NULL,
+    shard integer NOT NULL,
+    moved_at timestamp with time zone NOT NULL
+);
+ALTER TABLE moved_runs ADD CONSTRAINT moved_runs_pkey PRIMARY KEY (run_id);
+ALTER TABLE moved_runs ADD CONSTRAINT moved_runs_shard_check CHECK ((shard >= 0));
+CREATE UNIQUE INDEX moved_runs_pkey ON moved_runs USING btree (run_id);
+
+CREATE TABLE reshard_journal (
+    from_count integer NOT NULL,
+    to_count integer NOT NULL,
+    role text NOT NULL,
+    phase text NOT NULL,
+    moved_jobs bigint NOT NULL DEFAULT 0,
+    moved_runs bigint NOT NULL DEFAULT 0,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone
+);
+ALTER TABLE reshard_journal ADD CONSTRAINT reshard_journal_check CHECK ((to_count = (2 * from_count)));
+ALTER TABLE reshard_journal ADD CONSTRAINT reshard_journal_from_count_check CHECK ((from_count >= 1));
+ALTER TABLE reshard_journal ADD CONSTRAINT reshard_journal_moved_jobs_check CHECK ((moved_jobs >= 0));
+ALTER TABLE reshard_journal ADD CONSTRAINT reshard_journal_moved_runs_check CHECK ((moved_runs >= 0));
+ALTER TABLE reshard_journal ADD CONSTRAINT reshard_journal_phase_check CHECK ((phase = ANY (ARRAY['moving'::text, 'done'::text])));
+ALTER TABLE reshard_journal ADD CONSTRAINT reshard_journal_pkey PRIMARY KEY (from_count, to_count);
+ALTER TABLE reshard_journal ADD CONSTRAINT reshard_journal_role_check CHECK ((role = ANY (ARRAY['source'::text, 'target'::text])));
+CREATE UNIQUE INDEX reshard_journal_pkey ON reshard_journal USING btree (from_count, to_count);
 
 CREATE TABLE run_keys (
     tenant text NOT NULL,

@@ -73,5 +73,10 @@ async def announce(
     return frozenset(row["identity"] for row in rows)
 
 
+async def members(conn: Connection, now: datetime | None = None) -> frozenset[str]:
+    """The live members, read only (announcing nobody)."""
+    return frozenset(row["identity"] for row in await conn.fetch(LIVE_MEMBERS, now))
+
+
 async def leave(conn: Connection, identity: str) -> None:
     await conn.execute(LEAVE_MEMBERS, identity)

@@ -4,11 +4,13 @@
 -- name: take_epoch
 -- A new owner moves the epoch on before its first write. The update waits for the
 -- transactions in flight that checked the old epoch (they hold the row FOR SHARE),
--- so no write of the old epoch commits after this one.
+-- so no write of the old epoch commits after this one. No row while a reshard that
+-- has not finished holds the shard: nobody schedules a shard half moved.
 UPDATE shard_epoch
 SET epoch = epoch + 1,
     owner = $1,
     acquired_at = coalesce($2::timestamptz, now())
+WHERE NOT EXISTS (SELECT 1 FROM reshard_journal WHERE phase = 'moving')
 RETURNING epoch, owner, acquired_at
 
 -- name: check_epoch

@@ -1,4 +1,4 @@
--- tickwork shard schema, version 10: a cheaper hot path.
+-- tickwork shard schema, version 11: a cheaper hot path.
 --
 -- A run that succeeds writes no attempt row.
 -- Its finished row already holds its last attempt (number, fencing token, worker,

@@ -1,0 +1,250 @@
+"""The storage side of doubling the shard count (``engine.reshard``): walking a
+shard's jobs, copying one job's rows to the new shard, forgetting them on the source
+with a forwarding row per run, the reshard journal, and the run-id forwarding lookup.
+
+Rows travel as binary COPY (every value exactly as stored: jsonb, bytea, timestamps,
+floats), one table at a time, over a fixed list of tables: everything a shard keeps
+per job. What a shard keeps for itself (its identity, epoch, lease, members, schema
+version, journal, forwarding rows) stays where it is.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import asyncpg
+
+from tickwork.store import queries
+from tickwork.store.database import Connection
+
+NEXT_JOB: Final = queries.get("reshard_next_job")
+JOB_SIZE: Final = queries.get("reshard_job_size")
+LOCK_JOB: Final = queries.get("reshard_lock_job")
+LOCK_JOB_RUNS: Final = queries.get("reshard_lock_job_runs")
+CLEAR_JOB: Final = queries.get("reshard_clear_job")
+MARK_CHANGED: Final = queries.get("reshard_mark_changed")
+FORGET_JOB: Final = queries.get("reshard_forget_job")
+TENANT_BUCKETS: Final = queries.get("reshard_tenant_buckets")
+PUT_BUCKET: Final = queries.get("reshard_put_bucket")
+FORGET_BUCKET: Final = queries.get("reshard_forget_bucket")
+NEXT_IDS: Final = queries.get("reshard_next_ids")
+RAISE_IDS: Final = queries.get("reshard_raise_ids")
+JOURNAL: Final = queries.get("reshard_journal")
+BEGIN: Final = queries.get("reshard_begin")
+COUNT_MOVED: Final = queries.get("reshard_count_moved")
+FINISH: Final = queries.get("reshard_finish")
+SET_SHARD_COUNT: Final = queries.get("reshard_set_shard_count")
+IN_PROGRESS: Final = queries.get("reshard_in_progress")
+MOVED_RUN_SHARDS: Final = queries.get("moved_run_shards")
+OTHER_SESSIONS: Final = queries.get("reshard_other_sessions")
+SHARD_IDENTITY: Final = queries.get("shard_identity")
+
+# Every table that holds rows of a job, in the order they are copied, with the query
+# that selects one job's rows. The names are this fixed list, never input.
+JOB_TABLES: Final = (
+    ("definitions", queries.get("reshard_copy_definitions")),
+    ("live_runs", queries.get("reshard_copy_live_runs")),
+    ("finished_runs", queries.get("reshard_copy_finished_runs")),
+    ("attempts", queries.get("reshard_copy_attempts")),
+    ("run_keys", queries.get("reshard_copy_run_keys")),
+    ("audit_log", queries.get("reshard_copy_audit_log")),
+)
+
+# The job's change mark is not copied but made anew on the new shard (its status names
+# the shard, which changed); the tenant's enqueue bucket moves by tenant.
+JOB_MARKS: Final = ("changed_jobs",)
+TENANT_TABLES: Final = ("enqueue_buckets",)
+# What each shard keeps for itself: never moved.
+SHARD_TABLES: Final = (
+    "moved_runs",
+    "reshard_journal",
+    "scheduler_members",
+    "schema_version",
+    "shard_epoch",
+    "shard_lease",
+    "shard_meta",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    from_count: int
+    to_count: int
+    role: str  # 'source' (the shard split) or 'target' (a new shard)
+    phase: str  # 'moving' or 'done'
+    moved_jobs: int
+    moved_runs: int
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSize:
+    definitions: int
+    live_runs: int
+    finished_runs: int
+
+    @property
+    def runs(self) -> int:
+        return self.live_runs + self.finished_runs
+
+
+@dataclass(frozen=True, slots=True)
+class Ids:
+    """The next value of each sequence of a shard."""
+
+    run_ids: int
+    fencing_tokens: int
+    audit_ids: int
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    pid: int
+    application_name: str
+    client: str | None
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    tenant: str
+    tokens: float
+    at: datetime
+    admitted: bool
+
+
+async def identity(conn: Connection) -> tuple[int, int] | None:
+    """``(shard, shard_count)`` the shard says it is; None on a shard never migrated."""
+    try:
+        row = await conn.fetchrow(SHARD_IDENTITY)
+    except asyncpg.UndefinedTableError:
+        return None
+    return None if row is None else (row["shard"], row["shard_count"])
+
+
+async def journal(conn: Connection) -> list[JournalEntry]:
+    return [JournalEntry(**dict(row)) for row in await conn.fetch(JOURNAL)]
+
+
+async def in_progress(conn: Connection) -> tuple[int, int] | None:
+    """``(from, to)`` of a reshard this shard takes part in that has not finished."""
+    row = await conn.fetchrow(IN_PROGRESS)
+    return None if row is None else (row["from_count"], row["to_count"])
+
+
+async def begin(
+    conn: Connection, from_count: int, to_count: int, role: str, now: datetime | None
+) -> None:
+    await conn.execute(BEGIN, from_count, to_count, role, now)
+
+
+async def finish(conn: Connection, from_count: int, to_count: int, now: datetime | None) -> None:
+    await conn.execute(FINISH, from_count, to_count, now)
+
+
+async def set_shard_count(conn: Connection, shard_count: int) -> None:
+    await conn.execute(SET_SHARD_COUNT, shard_count)
+
+
+async def next_job(conn: Connection, after: tuple[str, str]) -> tuple[str, str] | None:
+    """The next ``(tenant, job)`` with rows on this shard after ``after`` (``("", "")``
+    for the first)."""
+    row = await conn.fetchrow(NEXT_JOB, *after)
+    return None if row is None else (row["tenant"], row["job"])
+
+
+async def job_size(conn: Connection, tenant: str, job: str) -> JobSize:
+    row = await conn.fetchrow(JOB_SIZE, tenant, job)
+    assert row is not None
+    return JobSize(row["definitions"], row["live_runs"], row["finished_runs"])
+
+
+async def lock_job(conn: Connection, tenant: str, job: str) -> None:
+    """Inside the source's transaction: hold the job's definition and live runs."""
+    await conn.execute(LOCK_JOB, tenant, job)
+    await conn.execute(LOCK_JOB_RUNS, tenant, job)
+
+
+async def copy_job(source: Connection, target: Connection, tenant: str, job: str) -> int:
+    """Copy every row of the job from ``source`` to ``target`` (inside the target's
+    transaction), replacing what an earlier, interrupted copy left there. Returns the
+    rows copied."""
+    await target.execute(CLEAR_JOB, tenant, job)
+    copied = 0
+    for table, query in JOB_TABLES:
+        buffer = io.BytesIO()
+        status = await source.copy_from_query(query, tenant, job, output=buffer, format="binary")
+        rows = _copied(status)
+        if rows:
+            buffer.seek(0)
+            await target.copy_to_table(table, source=buffer, format="binary")
+            copied += rows
+    await target.execute(MARK_CHANGED, tenant, job)
+    return copied
+
+
+async def forget_job(
+    source: Connection, tenant: str, job: str, to_shard: int, now: datetime | None
+) -> int:
+    """Remove the job's rows from the source, each run forwarded to ``to_shard``;
+    returns the runs moved."""
+    runs: int = await source.fetchval(FORGET_JOB, tenant, job, to_shard, now)
+    return runs
+
+
+async def count_moved(conn: Connection, from_count: int, to_count: int, runs: int) -> None:
+    await conn.execute(COUNT_MOVED, from_count, to_count, runs)
+
+
+async def buckets(conn: Connection) -> list[Bucket]:
+    return [Bucket(**dict(row)) for row in await conn.fetch(TENANT_BUCKETS)]
+
+
+async def put_bucket(conn: Connection, bucket: Bucket) -> None:
+    await conn.execute(PUT_BUCKET, bucket.tenant, bucket.tokens, bucket.at, bucket.admitted)
+
+
+async def forget_bucket(conn: Connection, tenant: str) -> None:
+    await conn.execute(FORGET_BUCKET, tenant)
+
+
+async def next_ids(conn: Connection) -> Ids:
+    row = await conn.fetchrow(NEXT_IDS)
+    assert row is not None
+    return Ids(row["run_ids"], row["fencing_tokens"], row["audit_ids"])
+
+
+async def raise_ids(conn: Connection, at_least: Ids) -> Ids:
+    """Make the shard's sequences hand out values at or above ``at_least``'s."""
+    row = await conn.fetchrow(
+        RAISE_IDS, at_least.run_ids, at_least.fencing_tokens, at_least.audit_ids
+    )
+    assert row is not None
+    return Ids(row["run_ids"], row["fencing_tokens"], row["audit_ids"])
+
+
+async def forwarded(conn: Connection, run_ids: list[int]) -> dict[int, int]:
+    """The shard each of ``run_ids`` moved to, for those that left this shard."""
+    if not run_ids:
+        return {}
+    rows = await conn.fetch(MOVED_RUN_SHARDS, run_ids)
+    return {row["run_id"]: row["shard"] for row in rows}
+
+
+async def other_sessions(conn: Connection, application_names: list[str]) -> list[Session]:
+    """Other sessions named ``application_names`` on this database (the server shows
+    every session's name, even other users')."""
+    rows = await conn.fetch(OTHER_SESSIONS, application_names)
+    return [
+        Session(row["pid"], row["application_name"], row["client"], row["backend_start"])
+        for row in rows
+    ]
+
+
+def _copied(status: str) -> int:
+    # "COPY <rows>"
+    return int(status.rsplit(" ", 1)[-1])
