@@ -169,6 +169,11 @@ class ManagedWebhook:
             self._changed.set()
             yield client_config
 
+    def rewrite(self) -> None:
+        """Write the configuration again at the next chance (a new leader's)."""
+        if self._latest is not None:
+            self._changed.set()
+
     async def keep(self, stop: asyncio.Event) -> None:
         """Write the configuration whenever the server's client config changes."""
         if self.cluster is None:
