@@ -166,7 +166,12 @@ class KubernetesLeases:
         labels: dict[str, str] = MANAGED_BY,
     ) -> bool:
         """Take the Lease ``name`` for ``identity`` if it is free, expired or already its
-        own (renewing it); False when another holder's runs or it won the race."""
+        own (renewing it); False while another holder's is running, or when another
+        replica won the race. Read first unless this replica holds it, so a contender
+        sees a release at its next try."""
+        seen = self._seen.get(name)
+        if seen is None or (seen.spec.holder_identity or None) != identity:
+            await self._read(name)
         return await self._write(name, identity, lease_seconds, labels, take=False)
 
     async def release_named(

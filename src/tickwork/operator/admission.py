@@ -169,6 +169,11 @@ class ManagedWebhook:
             self._changed.set()
             yield client_config
 
+    @property
+    def client_config(self) -> Mapping[str, Any] | None:
+        """How the API server reaches this replica's webhook server (None: not up yet)."""
+        return self._latest
+
     def rewrite(self) -> None:
         """Write the configuration again at the next chance (a new leader's)."""
         if self._latest is not None:
