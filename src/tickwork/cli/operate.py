@@ -12,9 +12,9 @@ from typing import Any
 import click
 
 from tickwork.cli import options, runtime
+from tickwork.coordination import choice
 from tickwork.core.settings import OperatorSettings
 from tickwork.engine import installation
-from tickwork.coordination import choice
 from tickwork.operator import leadership
 from tickwork.operator.cluster import Cluster, ClusterError
 from tickwork.operator.runtime import Operator

@@ -112,6 +112,11 @@ class LeaderElection:
         loop = asyncio.get_running_loop()
         return answered is not None and loop.time() - answered < self.timing.lease_seconds
 
+    @property
+    def last_answer(self) -> float | None:
+        """Loop-clock instant of the last try that went through (None: none yet)."""
+        return self._answered
+
     async def wait_leading(self) -> None:
         await self._leading.wait()
 

@@ -413,9 +413,12 @@ class Operator:
         if role == "standby":
             assert self.election is not None
             if not self.election.reachable:
+                never = self.election.last_answer is None
                 return False, {
-                    "status": "unavailable",
-                    "detail": "the Lease could not be read lately",
+                    "status": "starting" if never else "unavailable",
+                    "detail": "no try for the Lease yet"
+                    if never
+                    else "the Lease could not be read lately",
                     **body,
                 }
             return True, {"status": "ready", **body}
