@@ -262,7 +262,7 @@ class Operator:
         term = self.terms
         namespaces = self.settings.namespaces
         listed = await self.cluster.list_scheduled_jobs(namespaces)
-        self.objects.seed(listed)
+        self.objects.reset(listed)
         # The previous leader may have drained changes it never wrote: read all again.
         self.status_pass.recheck(self._key(o) for o in listed)
         self.metrics.changed("acquired")
