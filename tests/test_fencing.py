@@ -106,6 +106,8 @@ async def test_every_scheduler_transaction_checks_the_epoch(
             sweeps.reap(conn, now=now, fence=stale),
             retention.ensure_all_partitions(conn, now + timedelta(days=9), fence=stale),
             retention.drop_expired(conn, now + timedelta(days=90), fence=stale),
+            retention.forget_old_audit(conn, now + timedelta(days=900), fence=stale),
+            epochs.record_pass(conn, stale, now),
         ):
             with pytest.raises(epochs.Deposed) as refused:
                 await step
@@ -115,6 +117,7 @@ async def test_every_scheduler_transaction_checks_the_epoch(
         assert (await sweeps.reap(conn, now=now, fence=current)).retried == 1
         assert (await sweeps.promote_due(conn, now=now, fence=current)).ready == 1
         assert (await materialiser.materialise(conn, now, fence=current)).runs > 0
+        assert await epochs.record_pass(conn, current, now) == now
 
 
 async def blocked(conn: asyncpg.Connection, pid: int) -> bool:

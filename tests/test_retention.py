@@ -14,7 +14,7 @@ from tickwork.core.records import Completion, Outcome
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.scheduler import Scheduler
-from tickwork.store import leases, retention
+from tickwork.store import leases, retention, runs
 from tickwork.store.database import Database
 
 # Long before any day the tests run on: migrating creates the partitions of the real
@@ -134,3 +134,38 @@ def test_partition_names_are_checked_before_they_reach_ddl() -> None:
     for name in ('attempts_2026051"; DROP TABLE runs; --', "runs", "attempts_default"):
         with pytest.raises(ValueError, match="not an attempts partition name"):
             retention._checked(name)
+
+
+async def test_audit_entries_past_their_retention_are_deleted_by_the_scheduler(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FrozenClock(DAY)
+    shard = 0
+    async with database.connection(shard) as conn:
+        for days_old in (400, 366, 364, 10):
+            at = DAY - timedelta(days=days_old)
+            await runs.audit(conn, "acme", f"job-{days_old}", None, "put", "ops", None, at)
+        # A small batch shows the deletion going in several transactions.
+        assert await retention.forget_old_audit(conn, DAY, 365, batch=1) == 2
+        kept = [r["job"] for r in await conn.fetch("SELECT job FROM audit_log ORDER BY at")]
+        assert kept == ["job-364", "job-10"]
+    # The scheduler's maintenance does it with its own retention.
+    scheduler = Scheduler(database, clock=clock, audit_retention_days=30)
+    with caplog.at_level(logging.INFO, "tickwork.engine.scheduler"):
+        await scheduler.pass_once()
+    async with database.connection(shard) as conn:
+        kept = [r["job"] for r in await conn.fetch("SELECT job FROM audit_log ORDER BY at")]
+    assert kept == ["job-10"]
+    assert "1 audit entries past their retention deleted" in caplog.text
+
+
+async def test_finding_old_audit_entries_reads_the_index_not_the_log(database: Database) -> None:
+    async with database.connection(0) as conn:
+        for n in range(2000):
+            await runs.audit(conn, "acme", f"job-{n % 50}", None, "put", "ops", None, DAY)
+        await conn.execute("ANALYZE audit_log")
+        plan = await conn.fetchval(
+            "EXPLAIN (FORMAT JSON) " + retention.FORGET_OLD_AUDIT, DAY - timedelta(days=1), 100
+        )
+    text = str(plan)
+    assert "audit_log_at" in text and "Seq Scan" not in text, text

@@ -35,6 +35,7 @@ from tickwork.worker import (
     Problem,
     RunContext,
     RunResult,
+    TokenFile,
     Worker,
     WorkerClient,
 )
@@ -539,6 +540,60 @@ async def test_refused_token_stops_the_worker(api_server: Any) -> None:
     assert raised.value.problem.slug == "unauthenticated"
 
 
+async def test_a_rotated_token_file_is_read_again_when_the_api_refuses_the_old_token(
+    api_server: Any, tmp_path: Any
+) -> None:
+    """A projected ServiceAccount token rotates under a long-running worker: the call
+    refused with the token read earlier goes through with the file's new one."""
+    path = tmp_path / "token"
+    path.write_text("expired-token\n")
+    source = TokenFile(path)
+    path.write_text(api_server.worker_token + "\n")  # the kubelet rotated it since
+    await put_job(api_server, "rotated")
+    run_id = await enqueue(api_server, "rotated")
+    results = Results()
+    worker = Worker(api_server.url, source, on_result=results, wait_seconds=0.2)
+    worker.register(lambda ctx: None, job="rotated")
+    async with running(worker):
+        [result] = await results.wait(1)
+    assert (result.run_id, result.outcome) == (run_id, "succeeded")
+    assert source.token() == api_server.worker_token
+
+
+async def test_a_token_file_that_still_holds_a_refused_token_stops_the_worker(
+    api_server: Any, tmp_path: Any
+) -> None:
+    path = tmp_path / "token"
+    path.write_text("no-such-token")
+    worker = Worker(api_server.url, TokenFile(path))
+    with pytest.raises(ApiError) as raised:
+        async with asyncio.timeout(WAIT):
+            await worker.run()
+    assert raised.value.status == 401
+
+
+def test_a_token_file_is_read_again_after_its_period_and_kept_when_unreadable(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "token"
+    path.write_text("first")
+    now = [0.0]
+    source = TokenFile(path, reread_seconds=60, clock=lambda: now[0])
+    path.write_text("second")
+    now[0] = 59.0
+    assert source.token() == "first"
+    now[0] = 60.0
+    assert source.token() == "second"
+    path.write_text("")  # caught mid-rotation, or wiped: the last good token stays
+    now[0] = 120.0
+    with caplog.at_level(logging.WARNING, "tickwork.worker"):
+        assert source.token() == "second"
+    assert "is empty" in caplog.text
+    path.unlink()
+    with pytest.raises(ValueError, match="cannot read the token file"):
+        TokenFile(path)
+
+
 async def test_client_single_run_endpoints(api_server: Any) -> None:
     await put_job(api_server, "single")
     run_id = await enqueue(api_server, "single", {"a": 1})
@@ -566,6 +621,8 @@ class FakeApi:
     leases: list[dict[str, Any]]
     complete_answers: list[int | None] = field(default_factory=list)
     heartbeat_problem: dict[str, Any] | None = None
+    # Run ids whose next completion is answered as an item whose shard was down.
+    unavailable_once: set[str] = field(default_factory=set)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     completed: asyncio.Event = field(default_factory=asyncio.Event)
     expect_completed: int = 0
@@ -615,11 +672,25 @@ class FakeApi:
             return web.Response(
                 status=status, body=orjson.dumps(problem), content_type="application/problem+json"
             )
-        self.done += len(body["items"])
+        items: list[dict[str, Any]] = []
+        for item in body["items"]:
+            if item["runId"] in self.unavailable_once:
+                self.unavailable_once.discard(item["runId"])
+                items.append({"runId": item["runId"], "problem": SHARD_DOWN})
+            else:
+                items.append({"runId": item["runId"], "state": "succeeded"})
+                self.done += 1
         if self.done >= self.expect_completed:
             self.completed.set()
-        items = [{"runId": i["runId"], "state": "succeeded"} for i in body["items"]]
         return web.Response(body=orjson.dumps({"items": items}), content_type="application/json")
+
+
+SHARD_DOWN = {
+    "type": "https://tickwork.dev/problems/store-unavailable",
+    "title": "Store unavailable",
+    "status": 503,
+    "detail": "shard 0 is unavailable (ConnectionResetError); repeat this item shortly",
+}
 
 
 def fake_lease(n: int) -> dict[str, Any]:
@@ -705,6 +776,28 @@ async def test_completion_retries_after_server_errors() -> None:
     assert results.items[0].state == "succeeded"
 
 
+async def test_only_the_items_whose_shard_was_down_are_completed_again() -> None:
+    fake = FakeApi(
+        leases=[fake_lease(n) for n in range(3)], unavailable_once={"r0-1"}, expect_completed=3
+    )
+
+    async def quick(ctx: RunContext) -> None:
+        return None
+
+    results = await run_fake(
+        fake, quick, complete_window=0.05, retry_base_seconds=0.01, retry_max_seconds=0.02
+    )
+    completes = [
+        [i["runId"] for i in body["items"]] for name, body in fake.calls if name == "complete"
+    ]
+    assert completes == [["r0-0", "r0-1", "r0-2"], ["r0-1"]]
+    assert sorted((r.run_id, r.state) for r in results.items) == [
+        ("r0-0", "succeeded"),
+        ("r0-1", "succeeded"),
+        ("r0-2", "succeeded"),
+    ]
+
+
 async def test_stale_heartbeat_marks_the_context_lost() -> None:
     stale = {
         "type": "https://tickwork.dev/problems/stale-lease",
@@ -751,6 +844,18 @@ def test_from_env_reads_url_token_and_queues() -> None:
     assert worker.worker_id.endswith(f"-{os.getpid()}")
     with pytest.raises(ValueError, match="TICKWORK_TOKEN"):
         Worker.from_env({"TICKWORK_URL": "http://api:8080"})
+
+
+def test_from_env_reads_a_token_file(tmp_path: Any) -> None:
+    path = tmp_path / "token"
+    path.write_text("from-the-file\n")
+    env = {"TICKWORK_URL": "http://api:8080", "TICKWORK_TOKEN_FILE": str(path)}
+    worker = Worker.from_env(env)
+    assert isinstance(worker._token, TokenFile) and worker._token.token() == "from-the-file"
+    with pytest.raises(ValueError, match="not both"):
+        Worker.from_env(env | {"TICKWORK_TOKEN": "t"})
+    with pytest.raises(ValueError, match="cannot read the token file"):
+        Worker.from_env(env | {"TICKWORK_TOKEN_FILE": str(tmp_path / "missing")})
 
 
 def test_handler_resolution_job_then_queue_then_default() -> None:

@@ -176,3 +176,65 @@ async def test_workers_are_served_from_the_other_shards_while_one_hangs(
             return any(i["runId"].startswith(f"r{HUNG}-") for i in answer.json()["leases"])
 
         await eventually(served_again, within=10, every=0.2, what="the healed shard served")
+
+
+async def test_a_batch_across_shards_goes_through_on_the_shards_that_answer(
+    fault_url: str, proxies: list[TcpProxy]
+) -> None:
+    """One shard down fails only its own items of a heartbeat or completion batch; a
+    batch wholly on the down shard is a 503, as for any call that found no store."""
+    async with (
+        serving(proxied_map(fault_url, proxies)) as api,
+        Database(ShardMap.from_dsns([fault_url], SHARDS)) as direct,
+        httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {WORKER_TOKEN}"}, timeout=10
+        ) as worker,
+    ):
+        jobs = Jobs(direct)
+        names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
+        assert len(names) == SHARDS
+        for name in names.values():
+            await jobs.put("acme", name, JobSpec(), "test")
+            await jobs.enqueue("acme", name, EnqueueRequest(), "test")
+        answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 10})
+        leases = answer.json()["leases"]
+        assert len(leases) == SHARDS
+        down = next(lease for lease in leases if lease["runId"].startswith(f"r{HUNG}-"))
+        proxies[HUNG].starting_up()
+        proxies[HUNG].reset()
+
+        def item(lease: dict[str, Any]) -> dict[str, Any]:
+            return {"runId": lease["runId"], "fencingToken": lease["fencingToken"]}
+
+        beats = [item(lease) | {"extendSeconds": 30} for lease in leases]
+        answer = await worker.post("/v1/runs:heartbeat", json={"items": beats})
+        assert answer.status_code == 200, answer.text
+        for lease, result in zip(leases, answer.json()["items"], strict=True):
+            if lease is down:
+                assert result["problem"]["type"].endswith("/store-unavailable")
+                assert result["problem"]["status"] == 503
+            else:
+                assert "leaseExpiresAt" in result, result
+        done = [item(lease) | {"outcome": "succeeded"} for lease in leases]
+        answer = await worker.post("/v1/runs:complete", json={"items": done})
+        assert answer.status_code == 200, answer.text
+        states = [r.get("state") or r["problem"]["type"] for r in answer.json()["items"]]
+        assert states == [
+            "https://tickwork.dev/problems/store-unavailable" if lease is down else "succeeded"
+            for lease in leases
+        ]
+        only_down = {"items": [item(down) | {"outcome": "succeeded"}]}
+        answer = await worker.post("/v1/runs:complete", json=only_down)
+        assert answer.status_code == 503, answer.text
+        proxies[HUNG].heal()
+
+        async def completed_again() -> bool:
+            answer = await worker.post("/v1/runs:complete", json=only_down)
+            return answer.status_code == 200 and answer.json()["items"][0].get("state") == (
+                "succeeded"
+            )
+
+        await eventually(completed_again, within=10, every=0.2, what="the healed shard's item")
+        for lease in leases:
+            run, _ = await jobs.run(lease["runId"])
+            assert run.state is State.succeeded

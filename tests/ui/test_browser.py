@@ -258,6 +258,7 @@ async def _populate(server: UiServer) -> dict[str, str]:
     await dead_run(server, "acme", "poison-pill", "KeyError: 'customer'")
     running = await enqueue(server, "acme", "nightly-report", payload={"format": "csv"})
     await lease_one(server, "acme")
+    await server.scheduler.pass_once()  # the Shards table shows an owner and its last pass
     return {"dead": dead.run_id, "running": running.run_id}
 
 

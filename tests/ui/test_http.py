@@ -359,3 +359,22 @@ async def test_a_refresh_in_flight_at_sign_out_leaves_the_notice_to_the_page(
         assert refresh.status_code == 200
         shown = await client.get("/ui/login")
         assert "Signed out." in shown.text
+
+
+async def test_the_shards_table_shows_each_owner_and_its_last_pass(dashboard: UiServer) -> None:
+    async with signed_in(dashboard, ADMIN_TOKEN) as client:
+        before = (await client.get("/ui/")).text
+        shards = dashboard.scheduler.database.shard_count
+        assert before.count('data-label="Last pass"><span class="quiet">none yet') == shards
+        assert "No scheduler has taken a shard yet" in before
+        reports = await dashboard.scheduler.pass_once()
+        assert len(reports) == shards
+        after = (await client.get("/ui/")).text
+    shown = r'data-label="Scheduler"><code>(.*?)</code>.*?data-label="Last pass">(.*?)</td>'
+    passes = re.findall(shown, after, re.S)
+    assert len(passes) == shards
+    for owner, last_pass in passes:
+        assert owner == dashboard.scheduler.identity
+        assert "none yet" not in last_pass
+        assert "ago" in last_pass or "(now)" in last_pass
+    assert "No scheduler has taken a shard yet" not in after

@@ -83,6 +83,7 @@ def scheduler(**given: Any) -> None:
                     batch=settings.batch,
                     metrics=metrics,
                     retention_days=settings.retention_days,
+                    audit_retention_days=settings.audit_retention_days,
                     maintenance_interval=settings.maintenance_interval,
                     retry_base_seconds=settings.retry_base_seconds,
                     retry_max_seconds=settings.retry_max_seconds,

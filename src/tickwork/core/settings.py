@@ -288,8 +288,16 @@ class SchedulerSettings(Settings):
     batch: Annotated[int, Field(ge=1)] = 5000
     """Rows one step of a pass (due flip, reaper) changes at most."""
 
-    retention_days: Annotated[int, Field(ge=1)] = 30
-    """Days of attempt history kept; older daily partitions are dropped."""
+    retention_days: Annotated[
+        int, Field(ge=1), Option("--retention-days", env="TICKWORK_RETENTION_DAYS")
+    ] = 30
+    """Days of run history kept (finished runs, attempts, the DLQ); older daily
+    partitions are dropped."""
+
+    audit_retention_days: Annotated[
+        int, Field(ge=1), Option("--audit-retention-days", env="TICKWORK_AUDIT_RETENTION_DAYS")
+    ] = 365
+    """Days of audit log kept; older entries are deleted."""
 
     maintenance_interval: Annotated[float, Field(gt=0)] = 3600.0
     """Seconds between partition maintenances of a shard."""

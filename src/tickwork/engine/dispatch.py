@@ -46,6 +46,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
+# Seconds a worker waits before repeating an item whose shard was down (the same as a
+# whole call's 503 store-unavailable).
+ITEM_RETRY_AFTER = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatItem:
@@ -314,9 +318,33 @@ class Dispatcher:
             *(
                 per_shard(shard, [(local, item) for _, local, item in group])
                 for shard, group in groups.items()
-            )
+            ),
+            return_exceptions=True,
         )
-        for group, answer in zip(groups.values(), answers, strict=True):
+        failed = [a for a in answers if isinstance(a, BaseException)]
+        if failed and (len(failed) == len(answers) or not all(map(outages.is_outage, failed))):
+            # Nothing went through (a 503 for the whole call, as for one shard), or
+            # something other than an outage went wrong: that is the caller's answer.
+            raise failed[0]
+        for shard, group, answer in zip(groups, groups.values(), answers, strict=True):
+            if isinstance(answer, BaseException):
+                # One shard down fails only its items: the others' heartbeats and
+                # completions went through, and the worker repeats just these.
+                logger.warning(
+                    "shard %d: %d item(s) not applied (%s)",
+                    shard,
+                    len(group),
+                    outages.describe(answer),
+                    extra={"action": "store-unavailable", "shard": shard},
+                )
+                answer = [_unavailable(shard, answer)] * len(group)
             for (index, _, _), result in zip(group, answer, strict=True):
                 results[index] = result
         return [r for r in results if r is not None]
+
+
+def _unavailable(shard: int, error: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"shard {shard} is unavailable ({outages.describe(error)}); repeat this item shortly",
+        retry_after=ITEM_RETRY_AFTER,
+    )

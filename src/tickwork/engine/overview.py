@@ -57,11 +57,11 @@ class StartLag:
 @dataclass(frozen=True, slots=True)
 class ShardStatus:
     shard: int
-    # None: no scheduler has taken the shard (shard ownership is not coordinated yet).
+    # None: no scheduler has taken the shard yet.
     owner: str | None
     since: datetime | None
     epoch: int
-    # The end of the owner's last pass over the shard; None while it is not recorded.
+    # The end of the owner's last pass over the shard; None before its first one.
     last_pass_at: datetime | None = None
 
 
@@ -129,13 +129,15 @@ async def read(database: Database, tenant: str, clock: Clock | None = None) -> O
 
 
 async def shard_owners(database: Database) -> list[ShardStatus]:
-    """Who schedules each shard. Today that is the holder of the shard's epoch; shard
-    ownership by Kubernetes Leases will answer here, with each owner's last pass."""
+    """Who schedules each shard: the holder of its epoch (whose writes count), since
+    when, and when its last pass ended."""
 
     async def one(shard: int) -> ShardStatus:
         async with database.connection(shard) as conn:
             holder = await store.epoch_holder(conn)
-        return ShardStatus(shard, holder.owner or None, holder.acquired_at, holder.epoch)
+        return ShardStatus(
+            shard, holder.owner or None, holder.acquired_at, holder.epoch, holder.last_pass_at
+        )
 
     return list(await asyncio.gather(*(one(n) for n in range(database.shard_count))))
 

@@ -115,6 +115,7 @@ class Scheduler:
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
         retention_days: int = retention.DEFAULT_RETENTION_DAYS,
+        audit_retention_days: int = retention.DEFAULT_AUDIT_RETENTION_DAYS,
         maintenance_interval: float = 3600.0,
         retry_base_seconds: float = 0.25,
         retry_max_seconds: float = 5.0,
@@ -135,6 +136,7 @@ class Scheduler:
         self.rng = rng
         self.metrics = metrics
         self.retention_days = retention_days
+        self.audit_retention_days = audit_retention_days
         self.maintenance_interval = maintenance_interval
         self.retry_base_seconds = retry_base_seconds
         self.retry_max_seconds = retry_max_seconds
@@ -232,6 +234,8 @@ class Scheduler:
         if self.observer is not None:
             self._guard(shard, term, "observe")
             await self.observer.observe(conn, shard, await jobs.database_now(conn, self.clock))
+        self._guard(shard, term, "record-pass")
+        await epochs.record_pass(conn, fence, self.clock.now())
         return report
 
     async def _reap(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> int:
@@ -252,7 +256,8 @@ class Scheduler:
             raise _Lapsed(shard)
 
     async def _maintain(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> None:
-        """Hourly: run-history partitions ahead, expired ones dropped."""
+        """Hourly: run-history partitions ahead, expired ones dropped, old audit
+        entries deleted."""
         moment = asyncio.get_running_loop().time()
         last = self._maintained.get(shard)
         if last is not None and moment - last < self.maintenance_interval:
@@ -261,14 +266,19 @@ class Scheduler:
         self._guard(shard, term, "retention")
         created = await retention.ensure_all_partitions(conn, now, fence=fence)
         dropped = await retention.drop_expired(conn, now, self.retention_days, fence=fence)
+        forgotten = await retention.forget_old_audit(
+            conn, now, self.audit_retention_days, fence=fence
+        )
         # Only once it worked: a pass cut short by an outage tries again next pass.
         self._maintained[shard] = moment
-        if created or dropped:
+        if created or dropped or forgotten:
             logger.info(
-                "shard %d: history partitions created %s, dropped %s",
+                "shard %d: history partitions created %s, dropped %s; %d audit entries past"
+                " their retention deleted",
                 shard,
                 created,
                 dropped,
+                forgotten,
                 extra={"action": "retention", "shard": shard},
             )
 

@@ -28,6 +28,7 @@ CHECK_EPOCH: Final = queries.get("check_epoch")
 CURRENT_EPOCH: Final = queries.get("current_epoch")
 EPOCH_LOCK_TIMEOUT: Final = queries.get("epoch_lock_timeout")
 END_OLD_EPOCH_SESSIONS: Final = queries.get("end_old_epoch_sessions")
+RECORD_PASS: Final = queries.get("record_pass")
 
 
 class Deposed(Exception):
@@ -77,6 +78,16 @@ async def check(conn: Connection, fence: Fence | None) -> None:
     if row is None:
         holder = await current(conn)
         raise Deposed(fence.epoch, holder.epoch, holder.owner)
+
+
+async def record_pass(conn: Connection, fence: Fence, now: datetime | None = None) -> datetime:
+    """Note the end of a pass of ``fence``'s holder (raises ``Deposed`` when the epoch
+    moved on: a deposed owner does not make the shard look scheduled)."""
+    ended: datetime | None = await conn.fetchval(RECORD_PASS, fence.epoch, now)
+    if ended is None:
+        holder = await current(conn)
+        raise Deposed(fence.epoch, holder.epoch, holder.owner)
+    return ended
 
 
 async def take(

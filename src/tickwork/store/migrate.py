@@ -89,7 +89,7 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
         for migration in migrations():
             if migration.version in applied:
                 continue
-            logger.info(
+            logger.debug(
                 "shard %d: applying migration %04d_%s",
                 shard.number,
                 migration.version,
@@ -104,6 +104,15 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
             await conn.execute(migration.sql)
             await conn.execute(RECORD_VERSION, migration.version, migration.name)
             applied_now.append(migration.version)
+        if applied_now:
+            first, last = applied_now[0], applied_now[-1]
+            logger.info(
+                "shard %d: migrated to version %d (applied %s)",
+                shard.number,
+                last,
+                f"{first:04d}" if first == last else f"{first:04d}-{last:04d}",
+                extra={"action": "migrate", "shard": shard.number, "version": last},
+            )
         await conn.execute(CLAIM_SHARD_IDENTITY, shard.number, shard_count)
         await _check_identity(conn, shard, shard_count)
         # A dispatcher may complete runs before any scheduler has done its partition

@@ -70,6 +70,7 @@ class EpochHolder:
     epoch: int
     owner: str | None
     acquired_at: datetime | None
+    last_pass_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ async def epoch_holder(conn: Connection) -> EpochHolder:
     row = await conn.fetchrow(SHARD_OWNER)
     if row is None:  # pragma: no cover - every migrated shard has its row
         return EpochHolder(0, None, None)
-    return EpochHolder(row["epoch"], row["owner"], row["acquired_at"])
+    return EpochHolder(row["epoch"], row["owner"], row["acquired_at"], row["last_pass_at"])
 
 
 async def tenants(conn: Connection, limit: int) -> list[str]:

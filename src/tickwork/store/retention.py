@@ -30,6 +30,9 @@ from tickwork.store.database import Connection
 logger = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_DAYS: Final = 30
+# Audit entries answer "who changed this, and when" long after the runs are gone.
+DEFAULT_AUDIT_RETENTION_DAYS: Final = 365
+AUDIT_DELETE_BATCH: Final = 10_000
 DAYS_AHEAD: Final = 3
 # The day-partitioned tables (a fixed allow-list: their names go into DDL).
 PARTITIONED: Final = ("attempts", "finished_runs")
@@ -38,11 +41,13 @@ _PARTITION: Final = re.compile(r"^(attempts|finished_runs)_(\d{8})$")
 LIST_PARTITIONS_OF: Final = queries.get("partitions_of")
 TABLE_EXISTS: Final = queries.get("table_exists")
 TODAY: Final = queries.get("utc_today")
+NOW: Final = queries.get("database_now")
 DELETE_OLD_DEFAULT_ROWS: Final = {
     "attempts": queries.get("delete_old_default_attempts"),
     "finished_runs": queries.get("delete_old_default_finished_runs"),
 }
 FORGET_OLD_KEYS: Final = queries.get("forget_old_keys")
+FORGET_OLD_AUDIT: Final = queries.get("forget_old_audit")
 LOCK_SHARD_MAINTENANCE: Final = queries.get("lock_shard_maintenance")
 CREATE_PARTITION_DDL: Final = queries.get("create_partition_ddl")
 DROP_PARTITION_DDL: Final = queries.get("drop_partition_ddl")
@@ -166,3 +171,26 @@ async def drop_expired(
         if await conn.fetchval(TABLE_EXISTS, "run_keys"):
             await conn.execute(FORGET_OLD_KEYS, cutoff_instant)
     return dropped
+
+
+async def forget_old_audit(
+    conn: Connection,
+    now: datetime | None = None,
+    retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
+    *,
+    fence: epochs.Fence | None = None,
+    batch: int = AUDIT_DELETE_BATCH,
+) -> int:
+    """Delete the audit entries older than ``retention_days``, ``batch`` rows per
+    transaction (a year of entries going at once holds no lock for long); return how
+    many went."""
+    cutoff = await conn.fetchval(NOW, now) - timedelta(days=retention_days)
+    total = 0
+    while True:
+        async with conn.transaction():
+            await epochs.check(conn, fence)
+            status = await conn.execute(FORGET_OLD_AUDIT, cutoff, batch)
+        deleted = int(status.split()[-1])
+        total += deleted
+        if deleted < batch:
+            return total

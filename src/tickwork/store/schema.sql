@@ -9,6 +9,8 @@
 -- migration 0005_live_and_finished_runs
 -- migration 0006_kubernetes
 -- migration 0007_shard_leases
+-- migration 0008_shard_last_pass
+-- migration 0009_audit_by_age
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -57,6 +59,7 @@ CREATE TABLE audit_log (
     detail jsonb
 );
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+CREATE INDEX audit_log_at ON audit_log USING btree (at);
 CREATE INDEX audit_log_job_at ON audit_log USING btree (tenant, job, at DESC, id DESC);
 CREATE UNIQUE INDEX audit_log_pkey ON audit_log USING btree (id);
 CREATE INDEX audit_log_tenant_at ON audit_log USING btree (tenant, at DESC, id DESC);
@@ -254,7 +257,8 @@ CREATE TABLE shard_epoch (
     singleton boolean NOT NULL DEFAULT true,
     epoch bigint NOT NULL DEFAULT 0,
     owner text,
-    acquired_at timestamp with time zone
+    acquired_at timestamp with time zone,
+    last_pass_at timestamp with time zone
 );
 ALTER TABLE shard_epoch ADD CONSTRAINT shard_epoch_pkey PRIMARY KEY (singleton);
 ALTER TABLE shard_epoch ADD CONSTRAINT shard_epoch_singleton_check CHECK (singleton);

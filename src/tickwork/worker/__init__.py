@@ -28,6 +28,7 @@ from tickwork.worker.client import (
     WorkerClient,
 )
 from tickwork.worker.context import NonRetryableError, RunContext
+from tickwork.worker.credentials import TokenFile
 from tickwork.worker.handlers import Handler
 from tickwork.worker.results import RunResult
 from tickwork.worker.runner import Worker, run
@@ -48,6 +49,7 @@ __all__ = [
     "Problem",
     "RunContext",
     "RunResult",
+    "TokenFile",
     "Worker",
     "WorkerClient",
     "WorkerSettings",

@@ -26,6 +26,7 @@ import aiohttp
 import orjson
 
 from tickwork.core import errors, limits
+from tickwork.worker import credentials
 
 Outcome = Literal["succeeded", "failed"]
 
@@ -59,6 +60,12 @@ class Problem:
     def lease_lost(self) -> bool:
         """The worker no longer holds the run: a stale lease, or a run that is gone."""
         return self.stale_lease or self.slug == errors.NotFound.slug
+
+    @property
+    def transient(self) -> bool:
+        """Worth repeating later: the server failed or was unavailable (one item of a
+        batch whose shard was down, say), asked the client to slow down, or timed out."""
+        return self.status >= 500 or self.status in _RETRIED_STATUSES
 
     @classmethod
     def from_json(cls, data: Any, status: int = 0) -> Problem:
@@ -96,7 +103,7 @@ class ApiError(Exception):
     def transient(self) -> bool:
         """Worth retrying later: the server failed or is unavailable, asked the client
         to slow down, or timed out reading the request."""
-        return self.status >= 500 or self.status in _RETRIED_STATUSES
+        return self.problem.transient
 
 
 _RETRIED_STATUSES: Final = frozenset({errors.QuotaExceeded.status, errors.RequestTimeout.status})
@@ -216,13 +223,15 @@ class WorkerClient:
     """The worker endpoints over one keep-alive session.
 
     Use as ``async with WorkerClient(url, token) as client: ...`` or call ``close()``.
+    ``token`` is the bearer token, or a ``TokenFile`` read again as it rotates (a call
+    refused with 401 is repeated once when the file holds a new token).
     ``request_timeout`` bounds every call; a lease call gets ``waitSeconds`` on top.
     """
 
     def __init__(
         self,
         url: str,
-        token: str,
+        token: credentials.Token,
         *,
         request_timeout: float = 30.0,
         connect_timeout: float = 10.0,
@@ -230,6 +239,7 @@ class WorkerClient:
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
+        self._headers: tuple[str, dict[str, str]] | None = None
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout
         self._user_agent = user_agent
@@ -250,10 +260,7 @@ class WorkerClient:
         """The one session of this client, opened on first use."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                headers={
-                    "Authorization": f"Bearer {self._token}",
-                    "User-Agent": self._user_agent,
-                },
+                headers={"User-Agent": self._user_agent},
                 timeout=aiohttp.ClientTimeout(
                     total=self._request_timeout, sock_connect=self._connect_timeout
                 ),
@@ -333,31 +340,48 @@ class WorkerClient:
             self._timeouts[extra_seconds] = timeout
         return timeout
 
+    def _request_headers(self) -> dict[str, str]:
+        token = credentials.current(self._token)
+        if self._headers is None or self._headers[0] != token:
+            self._headers = (token, _JSON_HEADERS | {"Authorization": f"Bearer {token}"})
+        return self._headers[1]
+
     async def _post(self, url: str, body: Any, extra_seconds: float = 0) -> dict[str, Any]:
+        data = orjson.dumps(body)
+        status, raw = await self._send(url, data, extra_seconds)
+        token = self._token
+        # Refused with a token rotated since it was read: once more with the new one.
+        if status == 401 and isinstance(token, credentials.TokenFile) and token.refresh():
+            status, raw = await self._send(url, data, extra_seconds)
+        return _answer(status, raw)
+
+    async def _send(self, url: str, data: bytes, extra_seconds: float) -> tuple[int, bytes]:
         try:
             async with self.session().post(
                 url,
-                data=orjson.dumps(body),
-                headers=_JSON_HEADERS,
+                data=data,
+                headers=self._request_headers(),
                 timeout=self._timeout(extra_seconds),
             ) as response:
-                raw = await response.read()
-                status = response.status
+                return response.status, await response.read()
         except aiohttp.ClientError as error:  # refused, reset, malformed HTTP, ...
             raise ApiUnreachable(f"{url}: {error or type(error).__name__}") from error
         except TimeoutError as error:
             raise ApiUnreachable(f"{url}: no answer in time") from error
         except OSError as error:  # a socket error aiohttp did not wrap
             raise ApiUnreachable(f"{url}: {error}") from error
-        if status >= 400:
-            raise ApiError(_problem_of(status, raw))
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            raise ApiError(Problem.unparsed(status, raw.decode(errors="replace"))) from error
-        if not isinstance(answer, dict):
-            raise ApiError(Problem.unparsed(status, "answer is not a JSON object"))
-        return answer
+
+
+def _answer(status: int, raw: bytes) -> dict[str, Any]:
+    if status >= 400:
+        raise ApiError(_problem_of(status, raw))
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ApiError(Problem.unparsed(status, raw.decode(errors="replace"))) from error
+    if not isinstance(answer, dict):
+        raise ApiError(Problem.unparsed(status, "answer is not a JSON object"))
+    return answer
 
 
 def _problem_of(status: int, raw: bytes) -> Problem:

@@ -71,14 +71,36 @@ async def complete_loop(session: Session) -> None:
                     session.held.pop(h.context.run_id, None)
                     session.report(h, h.completion, problem=problem)
                 continue
-            backoff.reset()
-            for h, answer in zip(batch, answers, strict=True):
-                _settle(session, h, answer)
+            again = [
+                h
+                for h, answer in zip(batch, answers, strict=True)
+                if not _settle(session, h, answer)
+            ]
+            if not again:
+                backoff.reset()
+                continue
+            # Items whose shard was down: the rest of the batch went through.
+            for h in again:
+                h.completing = False
+            session.pending[:0] = again
+            session.beat_wakeup.set()
+            delay = session.retry_delay(backoff, "complete", _first_problem(answers).detail)
+            if session.aborting.is_set():
+                break
+            await asyncio.sleep(delay)
         session.check_idle()
 
 
-def _settle(session: Session, held: Held, answer: Completed | Problem) -> None:
+def _first_problem(answers: list[Completed | Problem]) -> Problem:
+    return next(a for a in answers if isinstance(a, Problem) and a.transient)
+
+
+def _settle(session: Session, held: Held, answer: Completed | Problem) -> bool:
+    """Settle one run by the API's answer; False when the answer says to repeat it
+    later (its shard was unavailable)."""
     context = held.context
+    if isinstance(answer, Problem) and answer.transient:
+        return False
     session.held.pop(context.run_id, None)
     session.signals.completed.signal(answer)
     if isinstance(answer, Problem):
@@ -98,7 +120,7 @@ def _settle(session: Session, held: Held, answer: Completed | Problem) -> None:
                 extra={"action": "complete-refused", "run_id": context.run_id},
             )
         session.report(held, held.completion, problem=answer)
-        return
+        return True
     log.debug(
         "run %s %s",
         context.run_id,
@@ -106,6 +128,7 @@ def _settle(session: Session, held: Held, answer: Completed | Problem) -> None:
         extra={"action": answer.state, "run_id": context.run_id},
     )
     session.report(held, held.completion, state=answer.state)
+    return True
 
 
 def _completion_of(held: Held) -> Completion:

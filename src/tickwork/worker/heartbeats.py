@@ -65,13 +65,19 @@ async def _beat(session: Session, held: list[Held], interval: float, backoff: Ba
         for h in held:
             h.next_beat = loop.time() + delay
         return
-    backoff.reset()
+    unavailable = [a for a in answers if isinstance(a, Problem) and a.transient]
+    if unavailable:  # some runs' shard was down: beat those again soon, not at interval
+        again_at = loop.time() + session.retry_delay(backoff, "heartbeat", unavailable[0].detail)
+    else:
+        backoff.reset()
     for h, answer in zip(held, answers, strict=True):
         context = h.context
         if session.held.get(context.run_id) is not h or h.completing:
             continue  # completed meanwhile: the completion's answer decides
         if isinstance(answer, Problem):
-            if answer.lease_lost:
+            if answer.transient:
+                h.next_beat = again_at
+            elif answer.lease_lost:
                 log.warning(
                     "run %s: lease lost (%s)",
                     context.run_id,

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from tickwork.core.backoff import Backoff
-from tickwork.worker import completions, draining, heartbeats, leasing
+from tickwork.worker import completions, credentials, draining, heartbeats, leasing
 from tickwork.worker.client import ApiError, WorkerClient
 from tickwork.worker.handlers import Handler, Handlers, HandlerT
 from tickwork.worker.results import OnResult
@@ -44,7 +44,8 @@ class Worker:
     default), then ``await worker.run()`` or call ``worker.run_forever()``.
 
     ``url`` is the tickwork API (``http://tickwork:8080``), ``token`` the worker's
-    bearer token. The settings (``WorkerSettings``: ``queues``, ``concurrency``,
+    bearer token, or a ``TokenFile`` that is read again as it rotates (a projected
+    ServiceAccount token). The settings (``WorkerSettings``: ``queues``, ``concurrency``,
     ``lease_seconds``, ...) come as a ``settings`` object, as keyword arguments, or both
     (the keywords win). ``on_result`` is called on the event loop with a ``RunResult``
     for each run.
@@ -53,7 +54,7 @@ class Worker:
     def __init__(
         self,
         url: str,
-        token: str,
+        token: credentials.Token,
         *,
         settings: WorkerSettings | None = None,
         on_result: OnResult | None = None,
@@ -77,15 +78,16 @@ class Worker:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **settings: Any) -> Worker:
-        """A worker configured by ``TICKWORK_URL``, ``TICKWORK_TOKEN`` and
-        ``TICKWORK_QUEUES`` (comma-separated); keyword ``settings`` win over them."""
+        """A worker configured by ``TICKWORK_URL``, ``TICKWORK_TOKEN`` (or
+        ``TICKWORK_TOKEN_FILE``, a file read again as it rotates) and ``TICKWORK_QUEUES``
+        (comma-separated); keyword ``settings`` win over them."""
         env = os.environ if environ is None else environ
         url = settings.pop("url", None) or env.get("TICKWORK_URL")
-        token = settings.pop("token", None) or env.get("TICKWORK_TOKEN")
+        token: credentials.Token | None = settings.pop("token", None)
         if not url:
             raise ValueError("no API URL: set TICKWORK_URL or pass url=")
-        if not token:
-            raise ValueError("no token: set TICKWORK_TOKEN or pass token=")
+        if token is None:
+            token = _token_from(env)
         if "queues" not in settings and env.get("TICKWORK_QUEUES"):
             settings["queues"] = [q.strip() for q in env["TICKWORK_QUEUES"].split(",") if q.strip()]
         return cls(url, token, **settings)
@@ -306,6 +308,17 @@ class Worker:
                 await asyncio.sleep(delay)
 
 
+def _token_from(env: Mapping[str, str]) -> credentials.Token:
+    token, path = env.get("TICKWORK_TOKEN"), env.get("TICKWORK_TOKEN_FILE")
+    if token and path:
+        raise ValueError("set one of TICKWORK_TOKEN and TICKWORK_TOKEN_FILE, not both")
+    if path:
+        return credentials.TokenFile(path)
+    if not token:
+        raise ValueError("no token: set TICKWORK_TOKEN or TICKWORK_TOKEN_FILE, or pass token=")
+    return token
+
+
 def run(
     handlers: Mapping[str, Handler] | Handler,
     *,
@@ -316,7 +329,8 @@ def run(
 
     ``handlers`` maps job names to handlers, or is one handler for every run. Settings
     are ``Worker``'s keyword arguments; ``url``, ``token`` and ``queues`` default to
-    ``TICKWORK_URL``, ``TICKWORK_TOKEN`` and ``TICKWORK_QUEUES``.
+    ``TICKWORK_URL``, ``TICKWORK_TOKEN`` (or ``TICKWORK_TOKEN_FILE``) and
+    ``TICKWORK_QUEUES``.
     """
     worker = Worker.from_env(**settings)
     if isinstance(handlers, Mapping):

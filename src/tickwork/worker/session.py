@@ -108,13 +108,13 @@ class Session:
             self.on_result, held.context, completion, dropped=dropped, state=state, problem=problem
         )
 
-    def retry_delay(self, backoff: Backoff, call: str, error: BaseException) -> float:
-        """The backoff before repeating a failed ``call``, logged."""
+    def retry_delay(self, backoff: Backoff, call: str, reason: object) -> float:
+        """The backoff before repeating a failed ``call`` (or some of its items), logged."""
         delay = backoff.next_delay()
         log.warning(
             "%s call failed (%s); retry %d in %.2fs",
             call,
-            error,
+            reason,
             backoff.failures,
             delay,
             extra={"action": "api-retry", "call": call, "retry": backoff.failures},

@@ -24,6 +24,14 @@ FOR SHARE
 -- name: current_epoch
 SELECT epoch, owner, acquired_at FROM shard_epoch
 
+-- name: record_pass
+-- The end of a pass of the epoch's holder; no row when the epoch moved on (the write
+-- of a deposed owner counts for nothing, like its other writes).
+UPDATE shard_epoch
+SET last_pass_at = coalesce($2::timestamptz, now())
+WHERE epoch = $1
+RETURNING last_pass_at
+
 -- name: epoch_lock_timeout
 -- How long a takeover waits for the old epoch's transactions in flight.
 SELECT set_config('lock_timeout', $1::text, true)

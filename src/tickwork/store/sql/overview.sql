@@ -58,8 +58,9 @@ GROUP BY queue, priority
 SELECT count(*)::bigint FROM runs WHERE state = 'dead' AND tenant = $1
 
 -- name: shard_owner
--- Who holds the shard's scheduler epoch, and since when (NULL: nobody took it).
-SELECT epoch, owner, acquired_at FROM shard_epoch
+-- Who holds the shard's scheduler epoch, since when (NULL: nobody took it), and when
+-- its last pass ended.
+SELECT epoch, owner, acquired_at, last_pass_at FROM shard_epoch
 
 -- name: dead_jobs
 -- Jobs of the tenant with runs in the DLQ, for the DLQ's job filter.

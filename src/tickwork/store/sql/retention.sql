@@ -39,3 +39,9 @@ SELECT format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
 
 -- name: drop_partition_ddl
 SELECT format('DROP TABLE IF EXISTS %I', $1::text)
+
+-- name: forget_old_audit
+-- One batch ($2 rows at most) of audit entries older than $1, oldest first; the
+-- caller repeats until a batch comes back short, each in its own transaction.
+DELETE FROM audit_log
+WHERE id IN (SELECT id FROM audit_log WHERE at < $1 ORDER BY at LIMIT $2)
