@@ -301,3 +301,22 @@ async def test_a_leader_cut_off_from_its_lease_stops_writing_before_it_expires_f
             assert await a.election.test_signals.tried.wait() is False
             code, body = await a.readyz()
             assert (code, body["role"]) == (200, "standby")
+
+
+async def test_a_takeover_while_the_api_server_fails_the_listing_is_tried_again(
+    cluster_kube: emulator.Emulator, replicas: Any
+) -> None:
+    async with replicas("operator-a") as a:
+        await asyncio.wait_for(a.operator.ready.wait(), 10)
+        async with replicas("operator-b") as b:
+            assert await b.election.test_signals.tried.wait() is False
+            failing = cluster_kube.fail("list", "scheduledjobs", user="operator-b", times=2)
+            a.stop.set()
+            await asyncio.wait_for(a.running, 15)
+            assert await b.election.test_signals.changed.wait() == "acquired"
+            await asyncio.wait_for(b.operator.ready.wait(), 10)
+            assert failing.spent
+            assert b.operator.terms == 1
+            await cluster_kube.create(scheduled_job("nightly", schedule={"cron": "0 3 * * *"}))
+            await cluster_kube.wait_for("sj", "nightly", observed(1), namespace="default")
+            assert not b.running.done()

@@ -36,6 +36,10 @@ class ClusterError(Exception):
     """The Kubernetes API refused or could not be reached."""
 
 
+class NotServed(ClusterError):
+    """The API server does not serve ScheduledJobs: the CRD is not installed."""
+
+
 class NotLeading(ClusterError):
     """A write refused here: this replica is not (or no longer) the leader."""
 
@@ -112,7 +116,7 @@ class Cluster:
             return found
         except _FAILURES as error:
             if isinstance(error, ApiException) and error.status == 404:
-                raise ClusterError(
+                raise NotServed(
                     "the API server does not serve ScheduledJobs: install the CRD first "
                     "(kubectl apply -f crds/scheduledjob.yaml)"
                 ) from error

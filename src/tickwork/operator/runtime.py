@@ -43,7 +43,7 @@ from tickwork.engine.reconcile import Reconciler
 from tickwork.engine.status_feed import StatusFeed
 from tickwork.operator import handlers, instances
 from tickwork.operator.admission import ManagedWebhook
-from tickwork.operator.cluster import Cluster, ClusterError
+from tickwork.operator.cluster import Cluster, ClusterError, NotServed
 from tickwork.operator.events import DeadRunNotices, EventRecorder
 from tickwork.operator.leadership import OperatorMetrics
 from tickwork.operator.objects import ObjectCache
@@ -258,10 +258,24 @@ class Operator:
     async def _term(self, stop: asyncio.Event) -> None:
         """One term of leadership: the writing parts until ``stop``, the Lease lost or
         the leader's Kopf stopping on its own (SIGTERM)."""
+        namespaces = self.settings.namespaces
+        try:
+            listed = await self.cluster.list_scheduled_jobs(namespaces)
+        except ClusterError as error:
+            if isinstance(error, NotServed) or (self.election is None and self.terms == 0):
+                raise  # one clear line (no CRD; a lone operator that cannot start) and exit
+            # A takeover while the API server has trouble: try again while leading.
+            logger.warning(
+                "cannot start leading (retrying in %.1f s): %s",
+                self.settings.store_retry_seconds,
+                error,
+                extra={"action": "operator-lead-retry"},
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.store_retry_seconds)
+            return
         self.terms += 1
         term = self.terms
-        namespaces = self.settings.namespaces
-        listed = await self.cluster.list_scheduled_jobs(namespaces)
         self.objects.reset(listed)
         # The previous leader may have drained changes it never wrote: read all again.
         self.status_pass.recheck(self._key(o) for o in listed)
