@@ -26,7 +26,8 @@ from kube.reviews import User
 
 from tickwork.coordination.leader import OPERATOR_LEASE
 from tickwork.core.settings import LeaderElectionSettings, OperatorSettings, WebhookSettings
-from tickwork.engine.jobs import Jobs
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.operator import leadership
 from tickwork.operator.cluster import Cluster, NotLeading
 from tickwork.operator.runtime import Operator
@@ -251,7 +252,7 @@ async def test_the_standby_takes_over_when_the_leader_stops_and_keeps_status_cur
 
 
 async def test_a_leader_cut_off_from_its_lease_stops_writing_before_it_expires_for_the_standby(
-    cluster_kube: emulator.Emulator, replicas: Any
+    cluster_kube: emulator.Emulator, replicas: Any, jobs: Jobs
 ) -> None:
     async with replicas("operator-a") as a:
         await asyncio.wait_for(a.operator.ready.wait(), 10)
@@ -291,6 +292,19 @@ async def test_a_leader_cut_off_from_its_lease_stops_writing_before_it_expires_f
                 "sj", "nightly", {"spec": {"schedule": {"cron": "30 3 * * *"}}}, namespace="default"
             )
             await cluster_kube.wait_for("sj", "nightly", observed(2), namespace="default")
+            # A run leased: the run-derived status comes from the new leader's status pass.
+            await jobs.enqueue("default", "nightly", EnqueueRequest(), "test")
+            dispatcher = Dispatcher(jobs.database, jobs.clock)
+            leased = await dispatcher.lease(
+                ["default"], limit=1, worker_id="worker-1", lease_seconds=30
+            )
+            assert len(leased) == 1
+            await cluster_kube.wait_for(
+                "sj",
+                "nightly",
+                lambda o: bool(o and o.get("status", {}).get("activeRuns") == 1),
+                namespace="default",
+            )
             assert writes_by(cluster_kube, "operator-a", at_step_down) == []
             assert writes_by(cluster_kube, "operator-b", at_step_down)
             assert (await a.leader_gauge(), await b.leader_gauge()) == (0.0, 1.0)
