@@ -151,7 +151,10 @@ class KubernetesLeases:
         return Observation(leases, frozenset(members))
 
     async def hold(self, shard: int, identity: str, lease_seconds: float) -> bool:
-        return await self.hold_named(shard_lease_name(shard), identity, lease_seconds)
+        # The round's observe() has just read every shard Lease: no read first.
+        return await self._write(
+            shard_lease_name(shard), identity, lease_seconds, MANAGED_BY, take=False
+        )
 
     async def release(self, shard: int, identity: str) -> None:
         await self.release_named(shard_lease_name(shard), identity)
