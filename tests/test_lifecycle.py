@@ -1185,6 +1185,7 @@ async def test_pause_and_resume(jobs: Jobs, database: Database, clock: FrozenClo
     assert not resumed.paused and not resumed.spec.paused
     assert resumed.generation == paused.generation + 1
     actions = await audit_actions(jobs, database)
-    assert [a for a, _ in actions] == ["create", "pause", "pause", "resume"]
+    # Pausing a paused job changed nothing, so nothing was recorded for it.
+    assert [a for a, _ in actions] == ["create", "pause", "resume"]
     with pytest.raises(NotFound):
         await jobs.set_paused(TENANT, "nope", True, "ops")

@@ -284,6 +284,7 @@ async def test_every_page_reads_at_desktop_and_phone_width(
         "job": "/ui/jobs/nightly-report?from=2026-03-27T12:00",
         "run": f"/ui/runs/{ids['running']}",
         "dlq": "/ui/dlq",
+        "audit": "/ui/audit",
     }
     for size_name, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         context = await browser.new_context(viewport=viewport)

@@ -378,3 +378,43 @@ async def test_the_shards_table_shows_each_owner_and_its_last_pass(dashboard: Ui
         assert "none yet" not in last_pass
         assert "ago" in last_pass or "(now)" in last_pass
     assert "No scheduler has taken a shard yet" not in after
+
+
+async def test_the_audit_page_lists_who_changed_what_for_the_tenant_only(
+    dashboard: UiServer,
+) -> None:
+    await make_job(dashboard, "acme", "nightly")
+    await make_job(dashboard, "acme", "hourly")
+    await make_job(dashboard, "globex", "secret-job")
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        page = await client.get("/ui/jobs/nightly")
+        answer = await client.post(
+            "/ui/jobs/nightly/pause", data={"csrf": csrf_of(page.text), "next": "/ui/jobs/nightly"}
+        )
+        assert answer.status_code == 303
+        assert 'href="/ui/audit?job=nightly"' in (await client.get("/ui/jobs/nightly")).text
+        log = (await client.get("/ui/audit")).text
+        rows = re.findall(
+            r'data-label="Job"><a [^>]*>([\w-]+)</a>.*?data-label="Action">'
+            r'<span class="badge quiet">([\w-]+)</span>.*?data-label="Actor"><code>(.*?)</code>',
+            log,
+            re.S,
+        )
+        # Newest first: the pause by the signed-in team, then the two creations.
+        assert rows[0] == ("nightly", "pause", "acme-team")
+        assert {row[0] for row in rows} == {"nightly", "hourly"}
+        assert "secret-job" not in log
+        only = (await client.get("/ui/audit", params={"job": "hourly"})).text
+        assert "nightly" not in only.split("<table", 1)[-1] and "hourly" in only
+        empty = (await client.get("/ui/audit", params={"job": "never-made"})).text
+        assert "Nothing was recorded for job never-made" in empty
+        bad = await client.get("/ui/audit", params={"job": "Not A Name!"})
+        assert bad.status_code == 400 and "job" in bad.text
+
+
+async def test_the_audit_page_refreshes_in_place(dashboard: UiServer) -> None:
+    await make_job(dashboard, "acme", "nightly")
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        live = await client.get("/ui/audit", headers={"X-Tickwork-Live": "1"})
+    assert live.status_code == 200
+    assert "nightly" in live.text and "<html" not in live.text

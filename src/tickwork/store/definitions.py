@@ -124,15 +124,17 @@ async def set_paused(
     actor: str,
     now: datetime | None = None,
 ) -> Definition:
-    """Pause or resume (idempotent). A paused job materialises no new runs."""
+    """Pause or resume (idempotent: pausing a paused job changes and records
+    nothing). A paused job materialises no new runs."""
     async with conn.transaction():
         row = await conn.fetchrow(SET_PAUSED, tenant, name, paused, now)
         if row is None:
             raise not_found(tenant, name)
-        await changes.mark(conn, [(tenant, name)])
-        await runs.audit(
-            conn, tenant, name, None, "pause" if paused else "resume", actor, None, now
-        )
+        if row["changed"]:
+            await changes.mark(conn, [(tenant, name)])
+            await runs.audit(
+                conn, tenant, name, None, "pause" if paused else "resume", actor, None, now
+            )
     return Definition.from_record(shard, row)
 
 

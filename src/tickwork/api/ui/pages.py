@@ -1,4 +1,4 @@
-"""The dashboard's pages: overview, jobs, one job, one run, the DLQ.
+"""The dashboard's pages: overview, jobs, one job, one run, the DLQ, the audit log.
 
 Each reads through the engine (the same functions the HTTP API calls) for the tenant
 the viewer acts for, and renders a template; a problem is shown as its ``detail``.
@@ -23,7 +23,7 @@ from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkEr
 from tickwork.core.preview import fire_times
 from tickwork.core.records import PENDING, Run, State
 from tickwork.core.spec import check_name
-from tickwork.engine import job_table, overview
+from tickwork.engine import audit, job_table, overview
 from tickwork.engine.cursors import Position
 from tickwork.engine.jobs import DeadCursor, JobView
 
@@ -338,3 +338,46 @@ async def dlq_page(request: Request) -> Response:
         return await web.render(request, "dlq.html", context, who)
 
     return await serve(request, page)
+
+
+@router.get("/audit")
+async def audit_page(request: Request) -> Response:
+    svc = services(request)
+    query = request.query_params
+
+    async def page(who: web.Viewer) -> Response:
+        await auth.authorize(who.principal, auth.Action("list", "audit", who.tenant))
+        job = (query.get("job") or "").strip() or None
+        if job is not None:
+            try:
+                check_name(job)
+            except ValueError as error:
+                raise InvalidRequest(str(error), field="job") from error
+        cursor_text = query.get("cursor")
+        cursor = Position.decode(cursor_text) if cursor_text else None
+        entries, next_cursor = await audit.entries(
+            svc.engine.database, who.tenant, job, cursor, PAGE_SIZE
+        )
+        url = web.url_maker(who)
+        context = {
+            "title": "Audit",
+            "section": "audit",
+            "entries": entries,
+            "details": [_detail(entry.detail) for entry in entries],
+            "now": await overview.current_time(svc.engine.database, svc.engine.clock),
+            "params": {"job": job},
+            "filtered": job is not None,
+            "next_url": None
+            if next_cursor is None
+            else url("/ui/audit", job=job, cursor=next_cursor.encode()),
+        }
+        return await web.render(request, "audit.html", context, who)
+
+    return await serve(request, page)
+
+
+def _detail(detail: Any) -> str:
+    """An entry's detail as compact JSON for the table (the template cuts it)."""
+    if detail in (None, {}, []):
+        return ""
+    return orjson.dumps(detail, option=orjson.OPT_SORT_KEYS).decode()

@@ -36,15 +36,20 @@ DELETE FROM definitions WHERE tenant = $1 AND name = $2 RETURNING name
 
 -- name: set_paused
 -- next_due_at is kept: on resume the materialiser finds the fire times missed while
--- paused and applies the job's missedRunPolicy to them.
-UPDATE definitions
+-- paused and applies the job's missedRunPolicy to them. `changed` is false when the
+-- job already was as asked (nothing to record).
+WITH before AS (
+    SELECT paused FROM definitions WHERE tenant = $1 AND name = $2 FOR UPDATE
+)
+UPDATE definitions AS d
 SET paused = $3,
-    spec = jsonb_set(spec, '{paused}', to_jsonb($3::boolean)),
-    generation = CASE WHEN paused = $3 THEN generation ELSE generation + 1 END,
-    updated_at = CASE WHEN paused = $3 THEN updated_at
+    spec = jsonb_set(d.spec, '{paused}', to_jsonb($3::boolean)),
+    generation = CASE WHEN d.paused = $3 THEN d.generation ELSE d.generation + 1 END,
+    updated_at = CASE WHEN d.paused = $3 THEN d.updated_at
                       ELSE coalesce($4::timestamptz, now()) END
-WHERE tenant = $1 AND name = $2
-RETURNING *
+FROM before
+WHERE d.tenant = $1 AND d.name = $2
+RETURNING d.*, before.paused IS DISTINCT FROM $3 AS changed
 
 -- name: definitions_of_tenant
 -- Keyset by name; the cross-shard merge takes the first `limit` of all shards.
