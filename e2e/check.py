@@ -7,7 +7,10 @@ example worker: the standard library and kubectl only, so it runs unchanged in C
 - retried and failing: a `flaky-export` run succeeds on its second attempt, a
   `poison-pill` run ends dead, in the DLQ;
 - killing a scheduler pod loses nothing: every minute of `hello` across the kill has
-  exactly one run, and each succeeded.
+  exactly one run, and each succeeded;
+- killing the leading operator pod: the webhook still refuses an invalid object at once
+  (the standby answers admission), the standby takes the Lease `tickwork-operator`
+  within its duration and a ScheduledJob applied after the kill becomes Ready.
 """
 
 from __future__ import annotations
@@ -27,10 +30,17 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 TEAM = "default"  # the examples' namespace, their tenant
+OPERATOR_LEASE = "tickwork-operator"
+LEASE_SECONDS = 10  # the chart's operator.leaseSeconds
 
 
 def kubectl(*args: str) -> str:
     return subprocess.run(["kubectl", *args], check=True, capture_output=True, text=True).stdout
+
+
+def kubectl_input(text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """kubectl with ``text`` on its standard input; the caller reads the outcome."""
+    return subprocess.run(["kubectl", *args], input=text, capture_output=True, text=True)
 
 
 def free_port() -> int:
@@ -191,6 +201,71 @@ def main() -> None:
         if problems:
             sys.exit("FAILED: cron runs across the scheduler kill: " + ", ".join(problems))
         print("ok: every minute across the scheduler kill ran exactly once and succeeded")
+
+    kill_the_leading_operator(options.namespace, options.release)
+
+
+def lease_holder(namespace: str) -> str | None:
+    found = kubectl(
+        "-n", namespace, "get", "lease", OPERATOR_LEASE, "-o", "jsonpath={.spec.holderIdentity}"
+    ).strip()
+    return found or None
+
+
+def scheduled_job(name: str, cron: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "tickwork.dev/v1alpha1",
+            "kind": "ScheduledJob",
+            "metadata": {"name": name, "namespace": TEAM},
+            "spec": {"schedule": {"cron": cron}, "queue": "default"},
+        }
+    )
+
+
+def kill_the_leading_operator(namespace: str, release: str) -> None:
+    """The leader dies without a word (its Lease is not released): admission goes on on
+    the standby, which takes the Lease once it expires and reconciles what came since."""
+    leader = wait_for("an operator holds the Lease", lambda: lease_holder(namespace), 60)
+    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
+    pods = kubectl("-n", namespace, "get", "pods", "-o", "name", "-l", selector).split()
+    if f"pod/{leader}" not in pods or len(pods) < 2:
+        sys.exit(f"FAILED: the Lease names {leader!r}; the operator pods are {pods}")
+    killed_at = time.monotonic()
+    kubectl("-n", namespace, "delete", f"pod/{leader}", "--grace-period=0", "--force")
+    print(f"killed the leading operator {leader}")
+
+    refused = kubectl_input(scheduled_job("e2e-invalid", "61 * * * *"), "apply", "-f", "-")
+    if refused.returncode == 0 or "denied the request" not in refused.stderr:
+        sys.exit(f"FAILED: an invalid object during the failover: {refused.stderr or 'applied'}")
+    print("ok: the standby's webhook refused an invalid object during the failover")
+
+    def new_leader() -> str | None:
+        holder = lease_holder(namespace)
+        return holder if holder not in (None, leader) else None
+
+    successor = wait_for("the standby takes the Lease", new_leader, 60)
+    took = time.monotonic() - killed_at
+    print(f"ok: {successor} leads {took:.0f}s after the kill")
+    if took > LEASE_SECONDS * 2 + 10:
+        sys.exit(f"FAILED: the takeover took {took:.0f}s (Lease of {LEASE_SECONDS}s)")
+
+    applied = kubectl_input(scheduled_job("e2e-after-failover", "*/5 * * * *"), "apply", "-f", "-")
+    if applied.returncode != 0:
+        sys.exit(f"FAILED: applying a ScheduledJob after the failover: {applied.stderr}")
+
+    def is_ready() -> bool:
+        found = json.loads(
+            kubectl("-n", TEAM, "get", "scheduledjob", "e2e-after-failover", "-o", "json")
+        )
+        return any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in found.get("status", {}).get("conditions", [])
+        )
+
+    wait_for("a ScheduledJob applied after the failover is Ready", is_ready, 60)
+    kubectl("-n", TEAM, "delete", "scheduledjob", "e2e-after-failover", "--wait=true")
+    print("ok: the new leader reconciled a ScheduledJob applied after the failover")
 
 
 if __name__ == "__main__":

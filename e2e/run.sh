@@ -2,9 +2,10 @@
 # End-to-end tests on a kind cluster: build the image, create a cluster, install the
 # chart with the bundled PostgreSQL, apply the example ScheduledJobs, run the example
 # worker in the cluster as its ServiceAccount, and check (e2e/check.py) that cron,
-# delayed and failing runs reach their states and that killing a scheduler pod loses
-# nothing. Needs docker (a running daemon), kind, kubectl and helm; without them it
-# says what is missing and exits 2.
+# delayed and failing runs reach their states, that killing a scheduler pod loses
+# nothing and that killing the leading operator pod hands over to the standby. Needs
+# docker (a running daemon), kind, kubectl and helm; without them it says what is
+# missing and exits 2.
 #
 #   make e2e                      # everything, then delete the cluster
 #   E2E_KEEP=1 make e2e           # keep the cluster afterwards (kubectl --context kind-tickwork-e2e)

@@ -69,7 +69,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "no-webhook": {
         "database": {"urls": [URL + "?shard=0", URL + "?shard=1"]},
         "shards": 2,
-        "operator": {"webhook": {"enabled": False}},
+        "operator": {"webhook": {"enabled": False}, "replicas": 1, "antiAffinity": "hard"},
         "postgresql": {"enabled": False},
     },
 }

@@ -74,20 +74,25 @@ async def test_the_operator_is_granted_what_it_calls(
     kube: Emulator, database: Database, tmp_path: Path
 ) -> None:
     """The operator as the chart runs it (namespaced here; the webhook served, its
-    configuration kept by the chart): start and resync, create, update, status passes,
-    an invalid object, delete."""
+    configuration kept by the chart; elected through its Lease in the release
+    namespace): start and resync, create, update, status passes, an invalid object,
+    delete, the Lease released and taken again."""
     import asyncio
 
     import kopf
 
-    from tickwork.core.settings import OperatorSettings, WebhookSettings
+    from tickwork.core.settings import (
+        LeaderElectionSettings,
+        OperatorSettings,
+        WebhookSettings,
+    )
     from tickwork.engine.jobs import Jobs
-    from tickwork.operator import crd
+    from tickwork.operator import crd, leadership
     from tickwork.operator.cluster import Cluster
     from tickwork.operator.runtime import Operator
 
     await kube.create(crd.definition())
-    for namespace in ("team-a", "team-b"):
+    for namespace in ("team-a", "team-b", NAMESPACE):
         await kube.create_namespace(namespace)
     account = User.service_account(NAMESPACE, name("operator"))
     kube.tokens[OPERATOR_TOKEN] = account
@@ -104,6 +109,9 @@ async def test_the_operator_is_granted_what_it_calls(
         status_interval=0.2,
         health_port=0,
         health_bind="127.0.0.1",
+        election=LeaderElectionSettings(
+            enabled=True, lease_namespace=NAMESPACE, identity="operator-0", lease_seconds=5
+        ),
     )
     job = {
         "apiVersion": "tickwork.dev/v1alpha1",
@@ -119,7 +127,8 @@ async def test_the_operator_is_granted_what_it_calls(
     @contextlib.asynccontextmanager
     async def operating() -> AsyncIterator[None]:
         cluster = await Cluster.connect(str(kubeconfig))
-        operator = Operator(Jobs(database), cluster, settings, tune=quick)
+        election = leadership.election(cluster, settings.election)
+        operator = Operator(Jobs(database), cluster, settings, tune=quick, election=election)
         stop = asyncio.Event()
         running = asyncio.create_task(operator.run(stop))
         try:
@@ -167,10 +176,17 @@ async def test_the_operator_is_granted_what_it_calls(
     namespaced = rbac.granted(rendered("namespaced"), name("operator"))
     assert not rbac.covered(needed, namespaced), "namespaced: missing"
     assert not rbac.unused(needed, namespaced), "namespaced: granted but never used"
+    # The Lease: in the release namespace only, whatever the operator watches.
+    lease = ("coordination.k8s.io", "leases")
+    assert {p for p in needed if p[:2] == lease} == {
+        (*lease, verb, NAMESPACE) for verb in ("get", "create", "update")
+    }
     # Watching every namespace: the same rules, cluster-wide.
     clusterwide = rbac.granted(rendered("minimal"), name("operator"))
+    assert not rbac.covered(needed, clusterwide), "every namespace: missing"
+    assert not rbac.unused(needed, clusterwide), "every namespace: granted but never used"
     assert {p[:3] for p in clusterwide} == {p[:3] for p in namespaced}
-    assert {p[3] for p in clusterwide} == {""}
+    assert {p[3] for p in clusterwide if p[:2] != lease} == {""}
 
 
 SCHEDULER_TOKEN = "sa-token-of-a-scheduler-0123456789"

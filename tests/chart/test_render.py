@@ -60,7 +60,9 @@ def test_the_chart_needs_kubernetes_it_is_tested_on() -> None:
         ({"logFormat": "xml"}, "/logFormat"),
         ({"teams": [{"namespace": "team-a", "queues": ["q"]}]}, "serviceAccount"),
         ({"database": {"urls": ["mysql://x"]}}, "/database/urls/0"),
-        ({"operator": {"replicas": 2}}, "/operator/replicas"),
+        ({"operator": {"replicas": -1}}, "/operator/replicas"),
+        ({"operator": {"antiAffinity": "always"}}, "/operator/antiAffinity"),
+        ({"operator": {"podDisruptionBudget": {"maxUnavailable": 1}}}, "maxUnavailable"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(values: dict[str, Any], names: str) -> None:
@@ -208,6 +210,42 @@ def test_scheduler_replicas_spread_and_dispatcher_scales() -> None:
     assert not rendered("namespaced").kinds("HorizontalPodAutoscaler")
     budgets = {p["metadata"]["name"] for p in default.kinds("PodDisruptionBudget")}
     assert budgets == {name("operator"), name("scheduler"), name("dispatcher")}
+
+
+def test_operator_replicas_elect_a_leader_and_roll_one_at_a_time() -> None:
+    default = rendered("minimal")
+    operator = default.one("Deployment", name("operator"))
+    spec = operator["spec"]
+    assert spec["replicas"] == 2
+    # A new replica is up (a standby, serving admission) before an old one goes.
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    pod = spec["template"]["spec"]
+    preferred = pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert (
+        preferred[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == (spec["selector"]["matchLabels"])
+    )
+    [container] = pod["containers"]
+    assert {"--leader-election", f"--lease-namespace={NAMESPACE}", "--identity=$(POD_NAME)"} <= (
+        set(container["args"])
+    )
+    assert "--lease-seconds=10" in container["args"]
+    budget = default.one("PodDisruptionBudget", name("operator"))
+    assert budget["spec"]["minAvailable"] == 1
+    assert "maxUnavailable" not in budget["spec"]
+
+    # One replica: no budget (minAvailable 1 would forbid every drain).
+    single = rendered("no-webhook")
+    assert single.one("Deployment", name("operator"))["spec"]["replicas"] == 1
+    budgets = {p["metadata"]["name"] for p in single.kinds("PodDisruptionBudget")}
+    assert name("operator") not in budgets
+    hard = single.one("Deployment", name("operator"))["spec"]["template"]["spec"]["affinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in hard["podAntiAffinity"]
 
 
 def test_services_select_their_pods() -> None:

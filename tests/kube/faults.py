@@ -39,6 +39,7 @@ class Fault:
     resource: str | None = None  # "leases", "scheduledjobs/status", "leases.coordination.k8s.io"
     namespace: str | None = None
     name: str | None = None
+    user: str | None = None  # the caller's username (its token's, in ``Emulator.tokens``)
     code: int = 500
     message: str | None = None
     reason: str | None = None
@@ -56,6 +57,8 @@ class Fault:
         if self.resource is not None and self.resource not in _names(record):
             return False
         if self.namespace is not None and self.namespace != record.namespace:
+            return False
+        if self.user is not None and self.user != record.user:
             return False
         return self.name is None or self.name == record.name
 

@@ -99,3 +99,58 @@ async def test_without_the_crd_the_operator_says_what_to_install(
             await operator.run(asyncio.Event())
     finally:
         await cluster.close()
+
+
+async def test_two_operator_processes_elect_one_leader_and_hand_over_on_sigterm(
+    cluster_kube: emulator.Emulator, database_url: str
+) -> None:
+    await cluster_kube.create_namespace("tickwork")
+
+    def command(identity: str) -> tuple[str, ...]:
+        return (
+            *("operator", "--database-url", database_url, "--shards", "4"),
+            *("--namespace", "default", "--namespace", "team-a"),
+            *("--webhook-port", str(free_port()), "--webhook-bind", "127.0.0.1"),
+            *("--webhook-host", "127.0.0.1", "--webhook-insecure"),
+            *("--status-interval", "1", "--health-port", "0"),
+            *("--leader-election", "--lease-namespace", "tickwork", "--identity", identity),
+            *("--lease-seconds", "2"),
+        )
+
+    env = {"KUBECONFIG": str(cluster_kube.kubeconfig)}
+    async with tickwork(*command("first"), env=env) as first:
+        await first.expect(r"first leads \(Lease tickwork-operator, term 1\)")
+        await first.expect(r"watching ScheduledJobs")
+        async with tickwork(*command("second"), env=env) as second:
+            health = (await second.expect(r"health on (http://\S+)/healthz")).group(1)
+            await second.expect(r"serving admission")
+            async with (
+                httpx.AsyncClient(base_url=health, timeout=WAIT) as http,
+                asyncio.timeout(WAIT),
+            ):
+                # Ready once its first try for the Lease went through.
+                while (answer := await http.get("/readyz")).status_code != 200:
+                    assert answer.json()["status"] == "starting", answer.text
+                    await asyncio.sleep(0.02)
+            assert answer.json() == {"status": "ready", "role": "standby", "identity": "second"}
+
+            # SIGTERM: the leader stops its handlers, releases the Lease, exits 0.
+            first.process.send_signal(signal.SIGTERM)
+            assert await first.process.wait() == 0
+            await second.expect(r"second leads \(Lease tickwork-operator, term 1\)")
+            await second.expect(r"watching ScheduledJobs")
+            await cluster_kube.create(example("hello"), admit=True)
+            await cluster_kube.wait_for(
+                "sj", "hello", observed(1), namespace="default", timeout=WAIT
+            )
+            lease = cluster_kube.get("leases", "tickwork-operator", "tickwork")
+            assert lease is not None
+            assert lease["spec"]["holderIdentity"] == "second"
+
+            second.process.send_signal(signal.SIGTERM)
+            assert await second.process.wait() == 0
+        lease = cluster_kube.get("leases", "tickwork-operator", "tickwork")
+        assert lease is not None
+        assert "holderIdentity" not in lease["spec"]  # released
+    for process in (first, second):
+        assert "Traceback" not in process.output, process.output

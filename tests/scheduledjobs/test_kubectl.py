@@ -3,30 +3,14 @@ contract's columns, apply again (unchanged, nothing written), describe with Even
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from kube import emulator
+from kube import emulator, kubectl
 
 from .conftest import EXAMPLES, OperatorFactory, observed
 from .test_crd import CRD_FILE
 
 COLUMNS = ["NAME", "SCHEDULE", "ZONE", "PAUSED", "READY", "NEXT", "LAST", "RESULT", "AGE"]
-
-
-async def kubectl(kube: emulator.Emulator, *args: str) -> str:
-    process = await asyncio.create_subprocess_exec(
-        "kubectl",
-        "--kubeconfig",
-        str(kube.kubeconfig),
-        "--request-timeout=10s",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode == 0, err.decode()
-    return out.decode()
 
 
 def version(kube: emulator.Emulator, name: str) -> str:
@@ -52,10 +36,10 @@ async def test_kubectl_get_sj_shows_the_contracts_columns(
 ) -> None:
     # The CRD the way a cluster admin installs it (the emulator does not serve OpenAPI
     # documents, hence no client-side validation); the fixture installed the same one.
-    applied = await kubectl(kube, "apply", "--validate=false", "-f", str(CRD_FILE))
+    applied = await kubectl.run(kube, "apply", "--validate=false", "-f", str(CRD_FILE))
     assert "customresourcedefinition.apiextensions.k8s.io/scheduledjobs.tickwork.dev" in applied
     async with operator_for():
-        out = await kubectl(kube, "apply", "--validate=false", "-f", str(EXAMPLES))
+        out = await kubectl.run(kube, "apply", "--validate=false", "-f", str(EXAMPLES))
         assert out.count("created") == 4
         for path in EXAMPLES.glob("*.yaml"):
             await kube.wait_for("sj", path.stem, observed(1), namespace="default")
@@ -65,12 +49,12 @@ async def test_kubectl_get_sj_shows_the_contracts_columns(
         # Nothing the operator wrote (status, its finalizer) differs from the manifests
         # to kubectl: the second apply sends nothing, so the objects stay as they were
         # and there is no watch event for the operator to answer.
-        again = await kubectl(kube, "apply", "--validate=false", "-f", str(EXAMPLES))
+        again = await kubectl.run(kube, "apply", "--validate=false", "-f", str(EXAMPLES))
         assert again.count("unchanged") == 4
         assert sum(kube.count(verb, "scheduledjobs") for verb in ("patch", "update")) == writes
         assert {p.stem: version(kube, p.stem) for p in EXAMPLES.glob("*.yaml")} == versions
 
-        text = await kubectl(kube, "get", "sj")
+        text = await kubectl.run(kube, "get", "sj")
         rows = {row["NAME"]: row for row in table(text)}
         assert text.splitlines()[0].split() == COLUMNS
         assert rows["hello"] | {"AGE": ""} == {
@@ -87,8 +71,8 @@ async def test_kubectl_get_sj_shows_the_contracts_columns(
         assert rows["nightly-report"]["ZONE"] == "Europe/Berlin"
         assert rows["nightly-report"]["NEXT"] == "2026-03-15T01:30:00Z"
         assert set(rows) == {"hello", "nightly-report", "flaky-export", "poison-pill"}
-        assert "hello" in await kubectl(kube, "get", "tickwork")  # the category
+        assert "hello" in await kubectl.run(kube, "get", "tickwork")  # the category
 
-        described = await kubectl(kube, "describe", "sj", "hello")
+        described = await kubectl.run(kube, "describe", "sj", "hello")
         assert "Ready" in described and "Scheduled" in described
         assert "definition created in shard" in described  # the Event

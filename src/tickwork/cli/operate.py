@@ -12,8 +12,10 @@ from typing import Any
 import click
 
 from tickwork.cli import options, runtime
+from tickwork.coordination import choice
 from tickwork.core.settings import OperatorSettings
 from tickwork.engine import installation
+from tickwork.operator import leadership
 from tickwork.operator.cluster import Cluster, ClusterError
 from tickwork.operator.runtime import Operator
 
@@ -53,6 +55,12 @@ def operator(**given: Any) -> None:
             "(development only) or --webhook-port 0"
         )
     kubeconfig = None if settings.kubeconfig is None else str(settings.kubeconfig)
+    electing = leadership.enabled(settings.election)
+    if electing and settings.election.identity is not None:
+        try:
+            choice.check_identity(settings.election.identity)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--identity") from error
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -62,7 +70,8 @@ def operator(**given: Any) -> None:
                 await _check_shards(engine)
                 cluster = await Cluster.connect(kubeconfig)
                 try:
-                    await Operator(engine.jobs, cluster, settings).run(stop)
+                    election = leadership.election(cluster, settings.election) if electing else None
+                    await Operator(engine.jobs, cluster, settings, election=election).run(stop)
                 finally:
                     await cluster.close()
         finally:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aiohttp import web
-
 from tickwork.coordination.coordinator import Coordinator
+from tickwork.coordination.health import HealthServer, Readiness
 from tickwork.engine import metrics
 from tickwork.engine.scheduler import Scheduler
 
@@ -18,32 +17,23 @@ class Probes:
     def __init__(self, scheduler: Scheduler, coordinator: Coordinator, host: str, port: int):
         self.scheduler = scheduler
         self.coordinator = coordinator
-        self.host = host
-        self.port = port
-        self.url = ""
-        self._runner: web.AppRunner | None = None
+        self.server = HealthServer(
+            self._readiness,
+            host,
+            port,
+            metrics=self._metrics,
+            metrics_content_type=metrics.CONTENT_TYPE,
+        )
+
+    @property
+    def url(self) -> str:
+        return self.server.url
 
     async def start(self) -> str:
-        app = web.Application()
-        app.router.add_get("/healthz", self._alive)
-        app.router.add_get("/readyz", self._ready)
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        assert sockets
-        self.url = f"http://{self.host}:{sockets[0].getsockname()[1]}"
-        return self.url
+        return await self.server.start()
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def _alive(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        await self.server.stop()
 
     def state(self) -> dict[str, Any]:
         coordinator = self.coordinator
@@ -57,15 +47,14 @@ class Probes:
             "down": sorted({*self.scheduler.failing(), *coordinator.unreachable}),
         }
 
-    async def _ready(self, _request: web.Request) -> web.Response:
+    async def _readiness(self) -> Readiness:
         seen = self.coordinator.last_observed
         lease = self.coordinator.timing.lease_seconds
         if seen is None or time.monotonic() - seen > lease:
             body = {"status": "unavailable", "detail": "no coordination round went through"}
-            return web.json_response({**body, **self.state()}, status=503)
-        return web.json_response({"status": "ready", **self.state()})
+            return False, {**body, **self.state()}
+        return True, {"status": "ready", **self.state()}
 
-    async def _metrics(self, _request: web.Request) -> web.Response:
+    def _metrics(self) -> bytes:
         registry = self.scheduler.metrics
-        body = registry.render() if registry is not None else b""
-        return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+        return registry.render() if registry is not None else b""

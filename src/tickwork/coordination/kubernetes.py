@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tickwork.coordination import kubeconfig as kubeconfig_module
 from tickwork.coordination.backend import (
     MEMBER_LEASE_PREFIX,
     SHARD_LEASE_PREFIX,
@@ -44,13 +44,12 @@ ROLE_LABEL: Final = "tickwork.dev/role"
 MEMBER_LABELS: Final = {**MANAGED_BY, ROLE_LABEL: "scheduler"}
 SELECTOR: Final = "app.kubernetes.io/managed-by=tickwork"
 SERVICE_ACCOUNT_TOKEN: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-DEFAULT_KUBECONFIG: Final = Path.home() / ".kube" / "config"
 _NAME_PART: Final = re.compile(r"[^a-z0-9.-]+")
 _MAX_NAME: Final = 253
 
 
-class KubernetesUnavailable(Exception):
-    """The Kubernetes API configuration could not be loaded."""
+# The Kubernetes API configuration could not be loaded.
+KubernetesUnavailable = kubeconfig_module.KubeconfigError
 
 
 def in_cluster() -> bool:
@@ -73,30 +72,6 @@ def member_lease_name(identity: str) -> str:
 def micro_time(instant: datetime) -> str:
     """A ``MicroTime`` as the API server writes it (six fractional digits, UTC)."""
     return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-async def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
-    """The kubeconfig (``kubeconfig``, else ``KUBECONFIG``'s first file, else
-    ``~/.kube/config``), or, without one, the pod's service account."""
-    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    if path is None and DEFAULT_KUBECONFIG.exists():
-        path = str(DEFAULT_KUBECONFIG)
-    if path is not None and not os.path.isfile(path):  # noqa: ASYNC240 - at start-up
-        raise KubernetesUnavailable(f"cannot load the kubeconfig {path}: no such file")
-    configuration = client.Configuration()
-    try:
-        if path is not None:
-            await config.load_kube_config(
-                config_file=path, client_configuration=configuration, persist_config=False
-            )
-        else:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-    except (config.ConfigException, OSError) as error:
-        where = f"kubeconfig {path}" if path else "in-cluster configuration"
-        raise KubernetesUnavailable(f"cannot load the {where}: {error}") from error
-    return configuration
 
 
 class KubernetesLeases:
@@ -132,7 +107,7 @@ class KubernetesLeases:
         kubeconfig: str | None = None,
         request_seconds: float = 5.0,
     ) -> KubernetesLeases:
-        configuration = await load_configuration(kubeconfig)
+        configuration = await kubeconfig_module.load_configuration(kubeconfig)
         return cls(
             client.ApiClient(configuration),
             namespace,
@@ -184,12 +159,36 @@ class KubernetesLeases:
         return Observation(leases, frozenset(members))
 
     async def hold(self, shard: int, identity: str, lease_seconds: float) -> bool:
+        # The round's observe() has just read every shard Lease: no read first.
         return await self._write(
             shard_lease_name(shard), identity, lease_seconds, MANAGED_BY, take=False
         )
 
     async def release(self, shard: int, identity: str) -> None:
-        name = shard_lease_name(shard)
+        await self.release_named(shard_lease_name(shard), identity)
+
+    # --- any one Lease (the operator's leader election holds one) ---
+
+    async def hold_named(
+        self,
+        name: str,
+        identity: str,
+        lease_seconds: float,
+        labels: dict[str, str] = MANAGED_BY,
+    ) -> bool:
+        """Take the Lease ``name`` for ``identity`` if it is free, expired or already its
+        own (renewing it); False while another holder's is running, or when another
+        replica won the race. Read first unless this replica holds it, so a contender
+        sees a release at its next try."""
+        seen = self._seen.get(name)
+        if seen is None or (seen.spec.holder_identity or None) != identity:
+            await self._read(name)
+        return await self._write(name, identity, lease_seconds, labels, take=False)
+
+    async def release_named(
+        self, name: str, identity: str, labels: dict[str, str] = MANAGED_BY
+    ) -> None:
+        """Free the Lease ``name`` if ``identity`` holds it."""
         for _ in range(2):
             current = self._seen.get(name) or await self._read(name)
             if current is None or (current.spec.holder_identity or None) != identity:
@@ -203,7 +202,7 @@ class KubernetesLeases:
                 acquired=spec.acquire_time,
                 renewed=self._now(),
                 transitions=spec.lease_transitions or 0,
-                labels=MANAGED_BY,
+                labels=labels,
             )
             try:
                 self._seen[name] = await self._leases.replace_namespaced_lease(

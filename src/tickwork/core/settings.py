@@ -576,6 +576,46 @@ class WebhookSettings(Settings):
         return self.port != 0
 
 
+class LeaderElectionSettings(Settings):
+    """The operator's replicas elect one leader through a ``coordination.k8s.io/v1``
+    Lease, ``tickwork-operator`` (``docs/operations.md``, the operator): the leader runs
+    the handlers, the status pass and the Events, the others stand by (and serve the
+    admission webhook)."""
+
+    enabled: Annotated[bool | None, Option("--leader-election/--no-leader-election")] = None
+    """Elect a leader among the operator's replicas. Unset: on in a pod (a
+    service-account token is mounted), off elsewhere (one operator)."""
+
+    lease_namespace: Annotated[
+        str | None,
+        Field(min_length=1, max_length=63),
+        Option("--lease-namespace", env="TICKWORK_LEASE_NAMESPACE"),
+    ] = None
+    """Namespace of the Lease. Unset: ``$POD_NAMESPACE``, else ``tickwork``."""
+
+    identity: Annotated[
+        str | None,
+        Field(min_length=1, max_length=200),
+        Option("--identity", env="TICKWORK_IDENTITY"),
+    ] = None
+    """This replica's name in the Lease; unique per replica. Unset: ``$POD_NAME``, else
+    ``hostname-pid``."""
+
+    lease_seconds: Annotated[
+        float, Field(ge=1, le=3600), Option("--lease-seconds", env="TICKWORK_LEASE_SECONDS")
+    ] = 10.0
+    """Duration of the Lease. The leader renews it every 30 % of it and stops writing
+    10 % of it before it can have expired for the others; a dead leader is replaced
+    within about this long plus one renew interval."""
+
+    @field_validator("identity")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or not value.isprintable()):
+            raise ValueError("must be printable text, not only blanks")
+        return value
+
+
 class OperatorSettings(Settings):
     """``tickwork operator``: reconcile ScheduledJob objects into the shards, keep their
     status and Events, serve the admission webhook."""
@@ -596,13 +636,17 @@ class OperatorSettings(Settings):
     webhook: WebhookSettings = WebhookSettings()
     """The admission webhook."""
 
+    election: LeaderElectionSettings = LeaderElectionSettings()
+    """Leader election between the operator's replicas."""
+
     status_interval: Annotated[float, Field(ge=0.1), Option("--status-interval")] = 10.0
     """Seconds between status passes (the run-derived status of the jobs whose runs
     changed)."""
 
     health_port: Annotated[int | None, Field(ge=0, le=65535), Option("--health-port")] = 8081
-    """Port of ``/healthz`` (alive) and ``/readyz`` (watching, store reachable); 0: any
-    free port (embedded in a program, ``None`` serves none)."""
+    """Port of ``/healthz`` (alive), ``/readyz`` (the leader: watching, store reachable;
+    a standby: it reaches the Lease and serves admission) and ``/metrics``; 0: any free
+    port (embedded in a program, ``None`` serves none)."""
 
     health_bind: str = "0.0.0.0"  # noqa: S104 - probed by the kubelet
     """Address the health server listens on."""

@@ -9,7 +9,10 @@ A sub-package on top of the engine, beside the HTTP API (neither imports the oth
 - ``admission``: the validating webhook and its ``ValidatingWebhookConfiguration``;
 - ``events``: the Events the contract lists, rate-limited;
 - ``refresh``: the batched pass that keeps run-derived status current;
-- ``runtime``: the embeddable operator (``Operator.run(stop)``) and its health server.
+- ``runtime``: the embeddable operator (``Operator.run(stop)``): admission on every
+  replica, the writing parts on the leader; its health port is ``coordination.health``;
+- ``leadership``: the leader election as ``tickwork operator`` sets it up, its metrics;
+- ``instances``: Kopf instances side by side in one event loop.
 
 Importing this package imports no Kubernetes library; its modules do.
 """

@@ -169,6 +169,16 @@ class ManagedWebhook:
             self._changed.set()
             yield client_config
 
+    @property
+    def client_config(self) -> Mapping[str, Any] | None:
+        """How the API server reaches this replica's webhook server (None: not up yet)."""
+        return self._latest
+
+    def rewrite(self) -> None:
+        """Write the configuration again at the next chance (a new leader's)."""
+        if self._latest is not None:
+            self._changed.set()
+
     async def keep(self, stop: asyncio.Event) -> None:
         """Write the configuration whenever the server's client config changes."""
         if self.cluster is None:

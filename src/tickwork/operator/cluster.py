@@ -1,30 +1,33 @@
 """The Kubernetes API as the operator uses it outside Kopf's handlers: the initial
 listing, batched status writes, Events and the webhook configuration.
 
-One identity for everything: the kubeconfig (``KUBECONFIG``, else ``~/.kube/config``)
-or, without one, the pod's service account; Kopf logs in with the same credentials
+One identity for everything, loaded as every role loads it (``coordination.kubeconfig``):
+the kubeconfig, else the pod's service account; Kopf logs in with the same credentials
 (``connection_info``), re-read whenever Kopf asks again (tokens rotate).
+
+The writes (status, Events, the webhook configuration) are the leader's: with
+``may_write`` set, each is refused (``NotLeading``) once this replica may no longer
+write, so a leader that lost its Lease stops writing at that instant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
 import kopf
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tickwork.coordination import kubeconfig as kubeconfigs
 from tickwork.engine import manifests
 
 GROUP: Final = manifests.API_GROUP
 VERSION: Final = manifests.API_VERSION
 PLURAL: Final = manifests.PLURAL
 MERGE_PATCH: Final = "application/merge-patch+json"
-DEFAULT_KUBECONFIG: Final = Path.home() / ".kube" / "config"
 # An answer of the API server, or no answer at all.
 _FAILURES: Final = (ApiException, aiohttp.ClientError, TimeoutError)
 
@@ -33,30 +36,19 @@ class ClusterError(Exception):
     """The Kubernetes API refused or could not be reached."""
 
 
-def kubeconfig_path(given: str | None) -> str | None:
-    """The kubeconfig to use: ``given`` (``KUBECONFIG``), else ``~/.kube/config`` if
-    it exists; None: in-cluster configuration."""
-    if given:
-        return given
-    return str(DEFAULT_KUBECONFIG) if DEFAULT_KUBECONFIG.exists() else None
+class NotServed(ClusterError):
+    """The API server does not serve ScheduledJobs: the CRD is not installed."""
+
+
+class NotLeading(ClusterError):
+    """A write refused here: this replica is not (or no longer) the leader."""
 
 
 async def load_configuration(kubeconfig: str | None) -> client.Configuration:
-    configuration = client.Configuration()
-    path = kubeconfig_path(kubeconfig)
     try:
-        if path is not None:
-            await config.load_kube_config(
-                config_file=path, client_configuration=configuration, persist_config=False
-            )
-        else:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-    except (config.ConfigException, OSError) as error:
-        where = f"kubeconfig {path}" if path else "in-cluster configuration"
-        raise ClusterError(f"cannot load the {where}: {error}") from error
-    return configuration
+        return await kubeconfigs.load_configuration(kubeconfig)
+    except kubeconfigs.KubeconfigError as error:
+        raise ClusterError(str(error)) from error
 
 
 async def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
@@ -86,6 +78,8 @@ class Cluster:
 
     kubeconfig: str | None
     api: client.ApiClient
+    # None: every write goes out (one operator, no election).
+    may_write: Callable[[], bool] | None = None
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> Cluster:
@@ -98,6 +92,10 @@ class Cluster:
     async def connection_info(self) -> kopf.ConnectionInfo:
         """Fresh credentials for Kopf (re-read: a rotated token is picked up)."""
         return await connection_info(await load_configuration(self.kubeconfig))
+
+    def _check_leading(self, what: str) -> None:
+        if self.may_write is not None and not self.may_write():
+            raise NotLeading(f"cannot {what}: this replica is not the leader")
 
     @property
     def _custom(self) -> client.CustomObjectsApi:
@@ -118,7 +116,7 @@ class Cluster:
             return found
         except _FAILURES as error:
             if isinstance(error, ApiException) and error.status == 404:
-                raise ClusterError(
+                raise NotServed(
                     "the API server does not serve ScheduledJobs: install the CRD first "
                     "(kubectl apply -f crds/scheduledjob.yaml)"
                 ) from error
@@ -140,6 +138,7 @@ class Cluster:
         self, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         """Merge-patch a ScheduledJob's status; None if the object is gone."""
+        self._check_leading(f"patch the status of {namespace}/{name}")
         try:
             result: dict[str, Any] = await self._custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -159,6 +158,7 @@ class Cluster:
         return result
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self._check_leading(f"create an Event in {namespace}")
         try:
             # Plain JSON goes through the client as it is; the stubs want its models.
             await client.CoreV1Api(self.api).create_namespaced_event(
@@ -172,6 +172,7 @@ class Cluster:
         """Create the ValidatingWebhookConfiguration, or replace its webhooks."""
         admission = client.AdmissionregistrationV1Api(self.api)
         name = configuration["metadata"]["name"]
+        self._check_leading(f"write the webhook configuration {name}")
         try:
             await admission.create_validating_webhook_configuration(
                 dict(configuration)  # type: ignore[arg-type]

@@ -117,14 +117,25 @@ def _source(body: Mapping[str, Any]) -> str:
     return f"ScheduledJob {meta.get('namespace')}/{meta.get('name')}"
 
 
-def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True) -> None:
-    """Register every handler of the operator on ``registry`` (the validating one only
-    with a webhook server to serve it: Kopf refuses to run one without)."""
+def register(
+    registry: kopf.OperatorRegistry, *, admission_webhook: bool = True, resources: bool = True
+) -> None:
+    """Register the operator's handlers on ``registry``: the resource handlers (not with
+    ``resources=False``: a standby's Kopf serves admission only) and the validating one
+    (only with a webhook server to serve it: Kopf refuses to run one without)."""
 
     @kopf.on.login(registry=registry)
     async def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
         info: kopf.ConnectionInfo = await _context(memo).login()
         return info
+
+    if resources:
+        _register_resources(registry)
+    if admission_webhook:
+        _register_admission(registry)
+
+
+def _register_resources(registry: kopf.OperatorRegistry) -> None:
 
     # Async, as every handler here: Kopf runs plain functions in a thread pool.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="observe")
@@ -182,9 +193,8 @@ def register(registry: kopf.OperatorRegistry, *, admission_webhook: bool = True)
                 extra={"action": "operator-delete"},
             )
 
-    if not admission_webhook:
-        return
 
+def _register_admission(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.validate(
         GROUP,
         VERSION,

@@ -86,6 +86,12 @@ class ObjectCache:
         for body in bodies:
             self.observe(body)
 
+    def reset(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        """Forget everything, then hold ``bodies`` (a new term's listing: nothing was
+        watched while standing by)."""
+        self._objects.clear()
+        self.seed(bodies)
+
     def observe(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A watch event (or a write's answer) for one object."""
         seen = Seen.of(body)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -76,6 +76,12 @@ class StatusPass:
         self.passes = 0
         self.passed = asyncio.Event()
         self.last: PassReport = PassReport()
+
+    def recheck(self, keys: Iterable[Key]) -> None:
+        """Read these jobs again at the next pass, changed or not."""
+        for tenant, name in keys:
+            shard = self.feed.database.shard_map.shard_of(tenant, name)
+            self._again.setdefault(shard, set()).add((tenant, name))
 
     async def run(self, stop: asyncio.Event) -> None:
         """A pass every ``interval`` seconds until ``stop``."""
