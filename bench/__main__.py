@@ -165,15 +165,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(format_table(table))
                 print(f"  ({case.name}: {time.monotonic() - started:.1f} s)\n", flush=True)
     print(format_table(summary(figures)), flush=True)
+    merged = write_results(header, figures, partial=bool(options.only))
+    print(f"\n(figures written to {RESULTS.name}{'' if merged else ', replacing it'})")
+    return 0
+
+
+def write_results(header: str, figures: dict[str, float], *, partial: bool) -> bool:
+    """Write ``bench-results.json``. A partial run (``--only``) merges its figures into
+    the file's, so the other cases' figures stay; True when it merged."""
+    kept: dict[str, Any] = {}
+    if partial and RESULTS.exists():
+        try:
+            earlier = orjson.loads(RESULTS.read_bytes())
+        except orjson.JSONDecodeError:
+            earlier = None
+        if isinstance(earlier, dict) and isinstance(earlier.get("figures"), dict):
+            kept = earlier["figures"]
     RESULTS.write_bytes(
         orjson.dumps(
-            {"about": header, "figures": figures},
+            {"about": header, "figures": {**kept, **figures}},
             option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
         )
         + b"\n"
     )
-    print(f"\n(figures written to {RESULTS.name})")
-    return 0
+    return bool(kept)
 
 
 def summary(figures: dict[str, float]) -> Table:

@@ -141,6 +141,8 @@ async def measure(url: str, show_plans: bool, tenants: int, priorities: int) -> 
         complete_plans: list[Any] = []
         for n in range(REPEATS):
             async with conn.transaction():
+                # As the dispatcher runs it: on a generic plan (see leases.claim).
+                await conn.execute("SET LOCAL plan_cache_mode TO force_generic_plan")
                 plan = json.loads(
                     await conn.fetchval(
                         EXPLAIN + leases.CLAIM, *claim_arguments(len(leases.CLAIM), n)

@@ -65,10 +65,10 @@ SELECT $3, $4, $2, $5, 'ready', 'api', 3, 1, 10, 3600, now(), now(), now(), now(
 FROM generate_series(1, $1)
 """
 CLEAR = "TRUNCATE live_runs, finished_runs, attempts, run_keys, audit_log"
-NOTIFY = "SELECT pg_notify('tickwork_ready', $1)"
+NOTIFY = "SELECT pg_notify('tickwork_ready', current_schema() || ' ' || $1)"
 START_LAGS = """
 SELECT r.priority, a.leased_at - r.ready_at AS lag
-FROM attempts AS a
+FROM run_attempts AS a
 JOIN finished_runs AS r ON r.id = a.run_id
 WHERE a.attempt = 1 AND r.tenant = $1 AND r.job = ANY($2::text[])
   AND r.ready_at >= (SELECT min(ready_at) FROM runs WHERE tenant = $1)

@@ -1,8 +1,9 @@
 """(b) Claim + complete straight against the store, next to the raw-SQL ceiling (a).
 
-One shard, N ready runs preloaded, then two connections (two asyncio tasks in this one
-process) loop ``leases.claim(batch)`` → ``leases.complete`` (all succeeded) until the
-shard is drained. N is sized from a short calibration drain so that each measurement
+One shard, N ready runs preloaded, then two workers (two asyncio tasks in this one
+process, each with a claim connection and another, as a dispatcher has) loop
+``leases.claim(batch)`` → ``leases.complete`` (all succeeded) until the shard is
+drained. N is sized from a short calibration drain so that each measurement
 lasts about ``--seconds``. The headline row is batch 100 with one tenant and one
 priority, like the ceiling's table; the fairness row spreads the same work over 5
 tenants and 3 priorities, so the claim merges 15 heads: that is the cost of fairness.
@@ -67,16 +68,18 @@ async def drain(
         await prepare(setup, runs, tenants, priorities)
     finally:
         await setup.close()
+    # Like a dispatcher: claims on a connection of generic plans, completions on another.
+    claimers = [await database.connect(shard, claims=True) for _ in range(CONNECTIONS)]
     conns = [await database.connect(shard) for _ in range(CONNECTIONS)]
     cycles: list[list[float]] = [[] for _ in conns]
 
     async def worker(number: int) -> int:
-        conn, mine = conns[number], cycles[number]
+        claimer, conn, mine = claimers[number], conns[number], cycles[number]
         done = 0
         while True:
             started = time.perf_counter()
             got = await leases.claim(
-                conn, shard.number, [QUEUE], batch, f"w{number}", LEASE_SECONDS
+                claimer, shard.number, [QUEUE], batch, f"w{number}", LEASE_SECONDS
             )
             if not got:
                 return done
@@ -98,7 +101,7 @@ async def drain(
         counts = await asyncio.gather(*(worker(n) for n in range(CONNECTIONS)))
         elapsed = time.perf_counter() - started
     finally:
-        for conn in conns:
+        for conn in claimers + conns:
             await conn.close()
     if sum(counts) != runs:
         raise RuntimeError(f"drained {sum(counts)} runs of {runs}")

@@ -21,7 +21,7 @@ from tickwork.store import database
 TERMINAL = frozenset({"succeeded", "dead", "cancelled", "discarded", "skipped"})
 RUNS = "SELECT id, job, state, attempt, max_attempts, due_at FROM runs WHERE tenant = $1"
 ATTEMPTS = (
-    "SELECT a.run_id, a.attempt, a.outcome, a.result_state FROM attempts a"
+    "SELECT a.run_id, a.attempt, a.outcome, a.result_state FROM run_attempts a"
     " JOIN runs r ON r.id = a.run_id WHERE r.tenant = $1"
 )
 

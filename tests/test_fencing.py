@@ -35,7 +35,7 @@ async def snapshot(database: Database, shard: int) -> list[tuple[object, ...]]:
     async with database.connection(shard) as conn:
         runs = await conn.fetch("SELECT id, state, ready_at, attempt FROM runs ORDER BY id")
         due = await conn.fetch("SELECT name, next_due_at FROM definitions ORDER BY name")
-        tried = await conn.fetch("SELECT run_id, outcome FROM attempts ORDER BY run_id")
+        tried = await conn.fetch("SELECT run_id, outcome FROM run_attempts ORDER BY run_id")
     return [tuple(r) for r in [*runs, *due, *tried]]
 
 

@@ -155,7 +155,7 @@ async def snapshot(database: Database, run_id: str) -> Snapshot:
         row = await conn.fetchrow("SELECT * FROM runs WHERE id = $1", local)
         assert row is not None
         attempts = await conn.fetch(
-            "SELECT * FROM attempts WHERE run_id = $1 ORDER BY fencing_token", local
+            "SELECT * FROM run_attempts WHERE run_id = $1 ORDER BY fencing_token", local
         )
         audit = await conn.fetch("SELECT * FROM audit_log ORDER BY id")
         sequence = await conn.fetchval("SELECT last_value FROM fencing_tokens")

@@ -82,7 +82,7 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "shard_lease",
         "shard_meta",
     }
-    assert set(VIEW.findall(canonical)) == {"runs"}
+    assert set(VIEW.findall(canonical)) == {"runs", "run_attempts"}
     index_names = set(INDEX.findall(canonical))
     assert {
         "live_runs_claimable",
@@ -416,6 +416,9 @@ WEIGHTS = [0.7, 0.25, 0.05]
             {"finished_runs_*_tenant_finished_at_id_idx"},
         ),
         ("complete_succeeded", ([5, 9], [1, 2], None), {"live_runs_pkey"}),
+        # Every attempt of a run: the attempt rows and the finished run's last attempt.
+        ("attempts_of_run", (5,), {"attempts_*_run_id_attempt_idx", "finished_runs_*_id_idx"}),
+        ("completion_of", (5, 1), {"attempts_*_run_id_attempt_idx", "finished_runs_*_id_idx"}),
         ("run_by_id", (5,), {"live_runs_pkey", "finished_runs_*_id_idx"}),
         (
             "insert_planned_runs",
@@ -466,13 +469,13 @@ async def test_hot_queries_use_their_index(
             )
             raise _RolledBack
     # A partition's index is named after its partition: finished_runs_*_id_idx.
-    used = {PARTITION_OF_HISTORY.sub("finished_runs_*_", name) for name in _index_names(plan)}
+    used = {PARTITION_OF_HISTORY.sub(r"\1_*_", name) for name in _index_names(plan)}
     assert indexes <= used, (used, plan)
-    scanned = {PARTITION_OF_HISTORY.sub("finished_runs_*_", name) for name in _seq_scans(plan)}
+    scanned = {PARTITION_OF_HISTORY.sub(r"\1_*_", name) for name in _seq_scans(plan)}
     assert not scanned & {"live_runs", "finished_runs_*_", "run_keys"}, plan
 
 
-PARTITION_OF_HISTORY = re.compile(r"^finished_runs_(default|\d{8})(_|$)")
+PARTITION_OF_HISTORY = re.compile(r"^(finished_runs|attempts)_(?:default|\d{8})(?:_|$)")
 
 
 class _RolledBack(Exception):

@@ -73,6 +73,7 @@ async def preload(
                 0,  # no concurrency limit
                 None,  # no request fingerprint: no idempotency key
                 False,  # not a dry run
+                None,  # no audit entry
             )
             for i in range(count)
         ],
@@ -182,7 +183,7 @@ async def test_drain_5000_runs_on_one_shard_with_8_claimers(shard_map: ShardMap)
 
         states = await setup.fetch("SELECT state, count(*) FROM runs GROUP BY state")
         assert {r["state"]: r["count"] for r in states} == {"succeeded": total}
-        rows = await setup.fetch("SELECT run_id, attempt, fencing_token, outcome FROM attempts")
+        rows = await setup.fetch("SELECT run_id, attempt, fencing_token, outcome FROM run_attempts")
         assert len(rows) == len(granted)
         recorded = {(f"r0-{r['run_id']}", r["attempt"], r["fencing_token"]) for r in rows}
         assert recorded == {(g.run, g.attempt, g.token) for g in granted}
@@ -267,7 +268,7 @@ async def test_drain_every_shard_through_separate_dispatchers(shard_map: ShardMa
 async def snapshot(conn: asyncpg.Connection, run_id: int) -> tuple[Any, ...]:
     row = await conn.fetchrow("SELECT * FROM runs WHERE id = $1", run_id)
     history = await conn.fetch(
-        "SELECT * FROM attempts WHERE run_id = $1 ORDER BY fencing_token", run_id
+        "SELECT * FROM run_attempts WHERE run_id = $1 ORDER BY fencing_token", run_id
     )
     return dict(row or {}), [dict(r) for r in history]
 
@@ -452,7 +453,7 @@ async def test_completions_racing_the_reaper_have_exactly_one_winner(
             for r in await setup.fetch("SELECT id, state FROM runs WHERE state <> 'ready'")
         }
         history = collections.defaultdict(list)
-        for r in await setup.fetch("SELECT run_id, outcome, result_state FROM attempts"):
+        for r in await setup.fetch("SELECT run_id, outcome, result_state FROM run_attempts"):
             history[r["run_id"]].append((r["outcome"], r["result_state"]))
         won_by_worker = 0
         for lease in granted:

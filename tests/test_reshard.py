@@ -50,7 +50,7 @@ OLD, NEW = 4, 8
 
 # Attempts by run and the audit log by job: the history that moves with a job.
 HISTORY = (
-    "SELECT 'attempt', run_id::text, attempt, fencing_token, outcome FROM attempts"
+    "SELECT 'attempt', run_id::text, attempt, fencing_token, outcome FROM run_attempts"
     " UNION ALL SELECT tenant, job, id::int, null, action FROM audit_log"
 )
 RUNS = (

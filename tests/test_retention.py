@@ -28,13 +28,15 @@ async def _partitions(database: Database, shard: int) -> set[str]:
 
 
 async def _finish_one_run(database: Database, jobs: Jobs, clock: Clock) -> int:
+    """A run whose one attempt failed for good: it is dead, its attempt has a row (a
+    succeeded run's attempt is its finished row, kept in the same days)."""
     run, _ = await jobs.enqueue("acme", "report", EnqueueRequest(), "test")
     async with database.connection(run.shard) as conn:
         [lease] = await leases.claim(conn, run.shard, ["default"], 1, "w", 30, clock.now())
         await leases.complete(
             conn,
             run.shard,
-            [Completion(lease.id, lease.fencing_token, Outcome.succeeded)],
+            [Completion(lease.id, lease.fencing_token, Outcome.failed, retryable=False)],
             clock.now(),
         )
     return run.shard

@@ -14,6 +14,7 @@ from tickwork.api.services import ApiSettings
 from tickwork.core.clock import FrozenClock
 from tickwork.core.errors import QuotaExceeded
 from tickwork.core.spec import JobSpec
+from tickwork.engine import quotas
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.quotas import TenantLimits, TenantQuotas
 from tickwork.store.database import Database
@@ -34,6 +35,42 @@ async def test_replicas_share_one_bucket_per_tenant(database: Database, clock: F
     await first.admit("acme", 1)
     with pytest.raises(QuotaExceeded):
         await second.admit("acme", 1)
+
+
+async def test_a_replica_admits_from_an_allowance_taken_ahead(
+    database: Database, clock: FrozenClock
+) -> None:
+    """One take from the shared bucket covers the next few enqueues of the replica; the
+    other replica sees the bucket short by that allowance, never more."""
+    limits = TenantLimits(enqueue_rate=1000, enqueue_burst=100)
+    ahead = quotas.allowance_ahead(limits)
+    assert ahead == 10
+    first, second = (TenantQuotas(database, limits, clock=clock) for _ in range(2))
+    shard = database.shard_map.shard_of("acme", "")
+
+    async def bucket() -> float:
+        async with database.connection(shard) as conn:
+            tokens: float = await conn.fetchval(
+                "SELECT tokens FROM enqueue_buckets WHERE tenant = 'acme'"
+            )
+        return tokens
+
+    await first.admit("acme", 1)
+    assert await bucket() == 100 - ahead
+    for _ in range(int(ahead) - 1):
+        await first.admit("acme", 1)  # from the allowance: the bucket is not touched
+    assert await bucket() == 100 - ahead
+    await first.admit("acme", 1)  # the allowance is spent: another take
+    assert await bucket() == 100 - 2 * ahead
+    # The other replica gets the rest of the burst, the first what its allowance holds,
+    # and neither one run more: together they admitted the burst exactly.
+    await second.admit("acme", int(100 - 2 * ahead))
+    with pytest.raises(QuotaExceeded):
+        await second.admit("acme", 1)
+    for _ in range(int(ahead) - 1):
+        await first.admit("acme", 1)
+    with pytest.raises(QuotaExceeded):
+        await first.admit("acme", 1)
 
 
 async def test_a_refused_batch_takes_nothing_from_the_shared_bucket(

@@ -16,6 +16,10 @@ async def test_runs_claimed_for_a_vanished_long_poll_are_released(api_server: Ap
     await api_server.jobs.put("acme", "report", JobSpec(queue="billing"), "test")
     worker = api_server.headers(api_server.worker_token)
     async with httpx.AsyncClient(base_url=api_server.url, headers=worker) as client:
+        # A first look opens the claim connections: the abandoned poll below must be
+        # waiting before its client gives up, not still connecting on a busy machine.
+        warm = await client.post("/v1/lease", json={"queues": ["billing"], "max": 1})
+        assert warm.json()["leases"] == []
         abandoned = asyncio.create_task(
             client.post(
                 "/v1/lease",

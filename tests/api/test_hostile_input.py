@@ -169,7 +169,7 @@ SNAPSHOT = """
 SELECT (SELECT md5(coalesce(string_agg(d::text, '|' ORDER BY d.tenant, d.name), ''))
         FROM definitions d),
        (SELECT md5(coalesce(string_agg(r::text, '|' ORDER BY r.id), '')) FROM runs r),
-       (SELECT count(*) FROM attempts),
+       (SELECT count(*) FROM run_attempts),
        (SELECT count(*) FROM audit_log)
 """
 

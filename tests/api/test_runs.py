@@ -224,6 +224,35 @@ async def test_batch_enqueue_answers_per_item_in_order(api_server: ApiServer) ->
         assert missing.status_code == 404
 
 
+async def test_a_plain_batch_answers_the_runs_as_they_are_stored(api_server: ApiServer) -> None:
+    """Items of only a payload (or nothing) take the one-statement path: each answer is
+    the run as GET shows it, in order, and the job's payload fills the empty items."""
+    await make_job(api_server, "plain", payload={"default": True}, priority="critical")
+    runs = [{"payload": {"n": 0, "deep": {"b": [1, "x"]}}}, {}, {"payload": None}, {"payload": 7}]
+    async with client(api_server, api_server.team_token) as team:
+        response = await team.post("/v1/jobs/plain/runs:batch", json={"runs": runs})
+        assert response.status_code == 200, response.text
+        items = response.json()["items"]
+        assert [item["payload"] for item in items] == [
+            {"n": 0, "deep": {"b": [1, "x"]}},
+            {"default": True},
+            None,
+            7,
+        ]
+        assert {item["priority"] for item in items} == {"critical"}
+        assert len({item["runId"] for item in items}) == len(runs)
+        for item in items:
+            shown = (await team.get(f"/v1/runs/{item['runId']}")).json()
+            assert shown.pop("attempts") == []
+            assert item == shown
+        listed = (await team.get("/v1/jobs/plain/runs")).json()["items"]
+        assert [item["runId"] for item in listed] == [item["runId"] for item in items][::-1]
+        audit = (await team.get("/v1/audit", params={"job": "plain"})).json()["items"]
+        assert (audit[0]["action"], audit[0]["detail"]) == ("enqueue", {"runs": len(runs)})
+    leased = await lease(api_server, max_runs=10)
+    assert [item["runId"] for item in leased] == [item["runId"] for item in items]
+
+
 async def test_runs_of_a_job_newest_first_by_state_and_cursor(api_server: ApiServer) -> None:
     await make_job(api_server, "ticks")
     async with client(api_server, api_server.team_token) as team:
@@ -296,6 +325,7 @@ async def test_get_run_shows_its_attempts(api_server: ApiServer) -> None:
     assert document["state"] == "leased" and document["attempt"] == 2
     assert document["lastError"]["message"] == "timeout talking to the bank"
     one, two = document["attempts"]
+    two_at_lease = two
     assert set(one) == {"attempt", "workerId", "leasedAt", "finishedAt", "outcome", "error"}
     assert (one["attempt"], one["workerId"], one["outcome"]) == (1, "pod-a", "failed")
     assert one["error"]["message"] == "timeout talking to the bank"
@@ -306,6 +336,27 @@ async def test_get_run_shows_its_attempts(api_server: ApiServer) -> None:
         None,
         None,
     )
+
+    # The attempt that succeeds is read from the finished run (it writes no attempt row).
+    async with client(api_server, api_server.worker_token) as worker:
+        done = await worker.post(
+            f"/v1/runs/{run['runId']}/complete",
+            json={"fencingToken": second["fencingToken"], "outcome": "succeeded"},
+        )
+        assert done.json()["state"] == "succeeded"
+    async with client(api_server, api_server.team_token) as team:
+        final = (await team.get(f"/v1/runs/{run['runId']}")).json()
+    one_again, two = final["attempts"]
+    assert one_again == one
+    assert (two["attempt"], two["workerId"], two["outcome"], two["error"]) == (
+        2,
+        "pod-b",
+        "succeeded",
+        None,
+    )
+    assert two["finishedAt"] == final["finishedAt"]
+    assert instant(two_at_lease["leasedAt"]) == instant(two["leasedAt"])
+    assert instant(two["leasedAt"]) <= instant(two["finishedAt"])
 
 
 async def test_cancel_a_pending_run_and_a_leased_run(api_server: ApiServer) -> None:

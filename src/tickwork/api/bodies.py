@@ -4,10 +4,11 @@ Every route reads its body here. A body nesting deeper than ``limits.MAX_BODY_DE
 is refused naming the field it nests in, before pydantic, the encoder or the database
 (all recursive) see it; a text too deep for the parser itself is scanned for that
 field instead. The worker routes parse with orjson (the hot path); the team routes
-with Python's parser, which keeps what orjson would change or refuse (integers past 64
-bits, which orjson reads as floats; NaN; lone surrogates) for the field validators to
-refuse by name. They then validate with their pydantic model through ``spec.parse``:
-camelCase only, no type coercion, unknown fields refused.
+read a body as Python's parser does, which keeps what orjson would change or refuse
+(integers past 64 bits, which orjson reads as floats; NaN; lone surrogates) for the
+field validators to refuse by name; orjson still reads the bodies where the two
+agree. They then validate with their pydantic model through ``spec.parse``: camelCase
+only, no type coercion, unknown fields refused.
 """
 
 from __future__ import annotations
@@ -104,14 +105,42 @@ def _raw_depth_path(raw: bytes, limit: int) -> list[str | int] | None:
     return None
 
 
+def _deeper_than(document: Any, limit: int) -> bool:
+    """Whether a parsed document nests deeper than ``limit`` (no paths built: the
+    walk of a large body that passes stays cheap)."""
+    pending: list[tuple[Any, int]] = [(document, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if type(item) is dict:
+            children: Any = item.values()
+        elif type(item) is list:
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        pending.extend((child, depth + 1) for child in children if type(child) in _CONTAINERS)
+    return False
+
+
+_CONTAINERS: Final = (dict, list)
+
+
 def _depth_checked(raw: bytes, document: Any) -> Any:
     # No document with fewer brackets than the limit can be deeper than it: the common
     # small body costs two byte counts.
-    if raw.count(b"[") + raw.count(b"{") > limits.MAX_BODY_DEPTH:
+    if raw.count(b"[") + raw.count(b"{") > limits.MAX_BODY_DEPTH and _deeper_than(
+        document, limits.MAX_BODY_DEPTH
+    ):
         path = _parsed_depth_path(document, limits.MAX_BODY_DEPTH)
         if path is not None:
             raise _too_deep(_field(path))
     return document
+
+
+# A run of digits orjson could read as a float (an integer past 64 bits): such a body
+# is read by Python's parser, which keeps the integer for the validators to refuse.
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
 
 
 def parse(raw: bytes, *, lenient: bool = False) -> Any:
@@ -120,6 +149,13 @@ def parse(raw: bytes, *, lenient: bool = False) -> Any:
     ``lenient``: read it as Python's parser does, NaN and integers of any size
     included, so that the field validators refuse those naming the field.
     """
+    if lenient and not _LONG_DIGITS.search(raw):
+        # What orjson reads, Python's parser reads the same; what it refuses (NaN, a
+        # lone surrogate, a nesting past its limit) Python's parser reads below.
+        try:
+            return _depth_checked(raw, orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            pass
     try:
         document = json.loads(raw) if lenient else orjson.loads(raw)
     except RecursionError:

@@ -17,8 +17,8 @@ from tickwork.api.services import Services, principal, services
 from tickwork.core import fields, limits
 from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
 from tickwork.core.records import Attempt, Run, Scope, State
-from tickwork.core.spec import JobSpec, check_name
-from tickwork.engine.jobs import DeadCursor, EnqueueRequest
+from tickwork.core.spec import JobSpec, check_name, valid_payload
+from tickwork.engine.jobs import JOB_PAYLOAD, DeadCursor, EnqueueRequest
 
 router = APIRouter(prefix="/v1")
 
@@ -101,6 +101,25 @@ async def _owned_run(
             raise NotFound(f"no run {run.run_id!r}", field="runId") from None
         raise
     return run, attempts, Scope(tenant=run.tenant)
+
+
+def _plain_payloads(items: list[Any]) -> list[object] | None:
+    """The payloads of a batch whose every item is ``{}`` or ``{"payload": …}`` with a
+    valid payload (``JOB_PAYLOAD`` for ``{}``), checked by hand: pydantic took most of
+    the time of such a batch. None for any other batch, which goes through the item
+    models, so a bad item gets its problem exactly as there."""
+    payloads: list[object] = []
+    for item in items:
+        if type(item) is not dict or (item and item.keys() != {"payload"}):
+            return None
+        if not item:
+            payloads.append(JOB_PAYLOAD)
+            continue
+        payload = item["payload"]
+        if not valid_payload(payload):
+            return None
+        payloads.append(payload)
+    return payloads
 
 
 async def _admit(svc: Services, tenant: str, runs: int) -> None:
@@ -305,6 +324,12 @@ async def enqueue_batch(
         raise InvalidRequest(
             f"runs must be a list of 1..{limits.MAX_ENQUEUE_BATCH} items", field="runs"
         )
+    plain = _plain_payloads(items)
+    if plain is not None:
+        await _admit(svc, owner, len(plain))
+        ready = await svc.jobs.enqueue_ready(owner, name, plain, caller.subject)
+        svc.metrics.enqueued.inc(len(ready.ids))
+        return responses.json({"items": render.ready_runs(ready)})
     # Each item is validated on its own: one bad item gets a problem, the rest enqueue.
     slots: list[dict[str, Any] | None] = []
     requests: list[EnqueueRequest] = []

@@ -11,8 +11,18 @@ from typing import Any, Final
 
 import orjson
 
+from tickwork.core import shards
 from tickwork.core.errors import TickworkError
-from tickwork.core.records import Attempt, AuditEntry, Completed, Extended, Lease, Run
+from tickwork.core.records import (
+    Attempt,
+    AuditEntry,
+    Completed,
+    Extended,
+    Lease,
+    ReadyRuns,
+    Run,
+    State,
+)
 from tickwork.core.spec import Priority
 from tickwork.engine.jobs import JobView
 
@@ -58,6 +68,37 @@ def run(item: Run) -> dict[str, Any]:
         "createdAt": item.created_at,
         "finishedAt": item.finished_at,
     }
+
+
+def ready_runs(batch: ReadyRuns) -> list[dict[str, Any]]:
+    """The documents of a plain batch's runs: ``run`` of each, without reading them back."""
+    priority = Priority.from_rank(batch.priority).value
+    at = batch.created_at
+    key_prefix = f"{batch.tenant}/{batch.job}#"
+    documents = []
+    for local, payload_json in zip(batch.ids, batch.payloads_json, strict=True):
+        run_id = shards.format_run_id(batch.shard, local)
+        documents.append(
+            {
+                "runId": run_id,
+                "job": batch.job,
+                "tenant": batch.tenant,
+                "queue": batch.queue,
+                "priority": priority,
+                "state": State.ready.value,
+                "attempt": 0,
+                "maxAttempts": batch.max_attempts,
+                "dueAt": at,
+                "readyAt": at,
+                "idempotencyKey": key_prefix + run_id,
+                "payload": _payload(payload_json),
+                "lastError": None,
+                "cancelRequested": False,
+                "createdAt": at,
+                "finishedAt": None,
+            }
+        )
+    return documents
 
 
 def attempt(item: Attempt) -> dict[str, Any]:

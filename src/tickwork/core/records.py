@@ -137,6 +137,22 @@ class Run:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadyRuns:
+    """Runs of one job just enqueued ready, without keys or times of their own (a plain
+    batch): what their documents need, without a Run each."""
+
+    shard: int
+    tenant: str
+    job: str
+    queue: str
+    priority: int
+    max_attempts: int
+    created_at: datetime
+    ids: list[int]
+    payloads_json: list[str | None]
+
+
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """What to insert. ``ready_at``/``due_at`` default to now (the database clock)."""
 

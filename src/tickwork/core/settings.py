@@ -106,10 +106,11 @@ class PoolSettings(Settings):
     database is down and connects once it is back."""
 
     min_size: Annotated[int, Field(ge=0)] = 0
-    """Connections each shard's pool keeps open when idle."""
+    """Connections each shard's pool keeps open when idle (and its pool of claims)."""
 
     max_size: Annotated[int, Field(ge=1)] = 4
-    """Connections each shard's pool opens at most."""
+    """Connections each shard's pool opens at most; the dispatcher's claims have a pool
+    of their own, as large."""
 
     command_timeout: Annotated[float, Field(gt=0)] = 10.0
     """Seconds one statement may take; the longest healthy ones take milliseconds."""

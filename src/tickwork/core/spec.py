@@ -351,6 +351,16 @@ def _check_payload_content(payload: Any) -> Any:
     return payload
 
 
+def valid_payload(payload: Any) -> bool:
+    """Whether a parsed JSON value passes every check of the ``Payload`` type (shape,
+    size, no credentials), for callers that validate without pydantic."""
+    try:
+        _check_payload_content(check_payload_shape(payload))
+    except PydanticCustomError:
+        return False
+    return True
+
+
 def payload_validator(payload: Any, info: ValidationInfo) -> Any:
     """After-validator of payload fields (skipped for documents read back from storage)."""
     # The Payload type's before-validator has checked the shape already.

@@ -123,27 +123,30 @@ class Dispatcher:
         them, and they would sit out the lease and lose an attempt).
         """
 
-        async def claim(prefer: set[int] | None = None) -> list[Lease]:
-            shards = sorted(prefer) if prefer else ()
-            if prefer:
-                prefer.clear()
-            return await self._claim(queues, limit, worker_id, lease_seconds, tenant, shards)
-
-        granted = await claim()
-        if granted or wait_seconds <= 0:
-            return granted
+        if wait_seconds <= 0:
+            return await self._claim(queues, limit, worker_id, lease_seconds, tenant)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
+        # Registered before the first look, so a run made ready while we look wakes us
+        # again: one visit of the shards, not one before and one after registering.
         async with self.wakeups.waiter(queues) as waiter:
-            # Look once more now that we are registered: a run made ready between the
-            # first claim and the registration has already sent its notification.
-            granted = await claim()
+            granted = await self._claim(queues, limit, worker_id, lease_seconds, tenant)
             while not granted:
                 remaining = deadline - loop.time()
                 if remaining <= 0 or (gone is not None and await gone()):
                     break
-                await waiter.wait(min(remaining, recheck_seconds))
-                granted = await claim(waiter.shards)
+                woken = await waiter.wait(min(remaining, recheck_seconds))
+                notified = sorted(waiter.shards)
+                waiter.shards.clear()
+                if woken and notified:
+                    # Woken for runs of these shards: claim there only, and answer at
+                    # once with what they gave (the worker's next call visits all).
+                    granted = await self._claim(
+                        queues, limit, worker_id, lease_seconds, tenant, notified, only=True
+                    )
+                else:
+                    # The recheck, or a listener back after an outage: every shard.
+                    granted = await self._claim(queues, limit, worker_id, lease_seconds, tenant)
         if granted and gone is not None and await gone():
             await self.release(granted)
             return []
@@ -157,15 +160,19 @@ class Dispatcher:
         lease_seconds: float,
         tenant: str | None,
         prefer: Iterable[int] = (),
+        *,
+        only: bool = False,
     ) -> list[Lease]:
         """One visit of the shards, round-robin from a rotating start (the ``prefer``
-        shards first: those that just notified ready runs)."""
+        shards first: those that just notified ready runs; with ``only``, those alone)."""
         count = self.database.shard_count
         first = next(self._start) % count
         granted: list[Lease] = []
         preferred = [shard for shard in prefer if 0 <= shard < count]
         order = preferred + [
-            shard for shard in ((first + n) % count for n in range(count)) if shard not in preferred
+            shard
+            for shard in ((first + n) % count for n in range(count))
+            if shard not in preferred and not only
         ]
         failure: BaseException | None = None
         answered = False
@@ -185,8 +192,9 @@ class Dispatcher:
             granted += claimed
             if len(granted) >= limit:
                 break
-        if not answered and not granted:
-            # Not one shard answered: the store is down, not merely without work.
+        if not answered and not granted and not only:
+            # Not one shard answered: the store is down, not merely without work (a
+            # visit of the notified shards alone leaves that to the next full visit).
             if failure is not None:
                 raise failure
             raise StoreUnavailable("every shard failed its last claim; retry shortly")
@@ -208,7 +216,7 @@ class Dispatcher:
             return None
 
         async def claim() -> list[Lease]:
-            async with self.database.connection(shard) as conn:
+            async with self.database.claim_connection(shard) as conn:
                 return await leases.claim(
                     conn,
                     shard,

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -34,6 +34,7 @@ from tickwork.core.records import (
     Manager,
     NewRun,
     Origin,
+    ReadyRuns,
     Run,
     Scope,
     State,
@@ -44,6 +45,8 @@ from tickwork.store import clock as store_clock
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
 
+# In the payloads of enqueue_ready: the item gave none, the run takes the job's.
+JOB_PAYLOAD: Final = object()
 T = TypeVar("T")
 
 
@@ -296,12 +299,8 @@ class Jobs:
                     )
             now = await database_now(conn, self.clock)
             new = self._new_run(definition, request, now)
-            run, created = await runs.insert(conn, shard, new, self.clock.now())
-            if created:
-                await runs.audit(
-                    conn, tenant, name, run.id, "enqueue", actor, None, self.clock.now()
-                )
-            else:
+            run, created = await runs.insert(conn, shard, new, self.clock.now(), actor)
+            if not created:
                 _same_request(run, request)
             return run, created
 
@@ -422,6 +421,39 @@ class Jobs:
                     conn, tenant, name, None, "enqueue", actor, {"runs": created}, self.clock.now()
                 )
             return results
+
+    async def enqueue_ready(
+        self, tenant: str, name: str, payloads: Sequence[object], actor: str
+    ) -> ReadyRuns:
+        """Enqueue runs of one job ready now, without keys or times of their own, one
+        per payload (``JOB_PAYLOAD``: the job's), in one transaction of its shard and
+        one statement whatever their number: the plain batch of ``enqueue_many``."""
+        shard = self.shard_of(tenant, name)
+        async with self.database.transaction(shard) as conn:
+            definition = await definitions.lock(conn, shard, tenant, name, exclusive=False)
+            if definition is None:
+                await definitions.get(conn, shard, tenant, name)  # raises NotFound
+                raise AssertionError("unreachable")
+            default = definition.spec.payload
+            default_json = None if default is None else orjson.dumps(default).decode()
+            encoded = [
+                default_json
+                if payload is JOB_PAYLOAD
+                else (None if payload is None else orjson.dumps(payload).decode())
+                for payload in payloads
+            ]
+            ready = await runs.insert_ready(conn, shard, definition, encoded, self.clock.now())
+            await runs.audit(
+                conn,
+                tenant,
+                name,
+                None,
+                "enqueue",
+                actor,
+                {"runs": len(ready.ids)},
+                self.clock.now(),
+            )
+            return ready
 
     async def dead_letters(
         self, tenant: str, job: str | None, cursor: DeadCursor | None, limit: int

@@ -22,6 +22,7 @@ ASYNC_COMMIT: Final = queries.get("async_commit")
 class Take:
     admitted: bool
     tokens_left: float
+    taken: float
 
 
 async def take_enqueue_tokens(
@@ -31,14 +32,19 @@ async def take_enqueue_tokens(
     rate: float,
     burst: float,
     now: datetime | None = None,
+    ahead: float = 0.0,
 ) -> Take:
+    """Take ``runs`` tokens from the tenant's bucket, or ``ahead`` of them when the
+    bucket holds that many (an allowance to admit from locally)."""
     async with conn.transaction():
         # Quota bookkeeping needs no durability (a crash at worst forgets a few takes), so
         # the enqueue does not wait for a second WAL flush.
         await conn.execute(ASYNC_COMMIT)
-        row = await conn.fetchrow(TAKE_ENQUEUE_TOKENS, tenant, float(runs), rate, burst, now)
+        row = await conn.fetchrow(
+            TAKE_ENQUEUE_TOKENS, tenant, float(runs), rate, burst, now, float(ahead)
+        )
     assert row is not None
-    return Take(row["admitted"], float(row["tokens"]))
+    return Take(row["admitted"], float(row["tokens"]), float(row["taken"]))
 
 
 async def pending_runs(conn: Connection, tenant: str, up_to: int) -> int:

@@ -13,8 +13,10 @@ from tickwork.core.records import (
     PENDING,
     UNRESTRICTED,
     Attempt,
+    Definition,
     JobRunSummary,
     NewRun,
+    ReadyRuns,
     Row,
     Run,
     Scope,
@@ -43,15 +45,21 @@ LAST_FINISHED_RUN: Final = queries.get("last_finished_run")
 RECORD_AUDIT: Final = queries.get("record_audit")
 NOTIFY_READY: Final = queries.get("notify_ready")
 SET_DRY_RUN: Final = queries.get("set_dry_run")
+INSERT_READY_RUNS: Final = queries.get("insert_ready_runs")
 
 
 async def insert(
-    conn: Connection, shard: int, new: NewRun, now: datetime | None = None
+    conn: Connection,
+    shard: int,
+    new: NewRun,
+    now: datetime | None = None,
+    actor: str | None = None,
 ) -> tuple[Run, bool]:
     """Insert a run; with an idempotency key already used, return the first run instead.
 
     Returns ``(run, created)``. A run that is ready at once wakes long-polling workers
-    when the surrounding transaction commits.
+    when the surrounding transaction commits. With ``actor``, a new run's enqueue is
+    recorded in the audit log (in the same statement).
     """
     row = await conn.fetchrow(
         INSERT_RUN,
@@ -73,16 +81,14 @@ async def insert(
         new.concurrency,
         new.request_fingerprint,
         new.dry_run,
+        actor,
     )
     if row is None:
         existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
         if existing is None:  # pragma: no cover - the conflicting row committed first
             raise RuntimeError("idempotency conflict without a visible row")
         return Run.from_record(shard, existing), False
-    run = Run.from_record(shard, row)
-    if run.state is State.ready:
-        await notify_ready(conn, [run.queue])
-    return run, True
+    return Run.from_record(shard, row), True
 
 
 async def set_dry_run(conn: Connection, tenant: str, job: str, dry_run: bool) -> None:
@@ -143,6 +149,46 @@ async def insert_many(
         conn, sorted({run.queue for run in inserted.values() if run.state is State.ready})
     )
     return results
+
+
+async def insert_ready(
+    conn: Connection,
+    shard: int,
+    definition: Definition,
+    payloads_json: list[str | None],
+    now: datetime | None = None,
+) -> ReadyRuns:
+    """Runs of ``definition``, ready now, one per payload (JSON text, None for none), in
+    one statement; long-polling workers are woken when the transaction commits."""
+    spec = definition.spec
+    row = await conn.fetchrow(
+        INSERT_READY_RUNS,
+        definition.tenant,
+        definition.name,
+        spec.queue,
+        spec.priority.rank,
+        spec.retry.max_attempts,
+        spec.retry.base_seconds,
+        spec.retry.max_seconds,
+        spec.timeout_seconds,
+        spec.concurrency,
+        spec.dry_run,
+        payloads_json,
+        now,
+    )
+    assert row is not None
+    await notify_ready(conn, [spec.queue])
+    return ReadyRuns(
+        shard=shard,
+        tenant=definition.tenant,
+        job=definition.name,
+        queue=spec.queue,
+        priority=spec.priority.rank,
+        max_attempts=spec.retry.max_attempts,
+        created_at=row["now"],
+        ids=list(row["ids"]),
+        payloads_json=payloads_json,
+    )
 
 
 async def notify_ready(conn: Connection, queues: list[str]) -> None:

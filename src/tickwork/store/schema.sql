@@ -12,6 +12,7 @@
 -- migration 0008_shard_last_pass
 -- migration 0009_audit_by_age
 -- migration 0010_reshard
+-- migration 0011_hot_path
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -98,7 +99,8 @@ CREATE TABLE enqueue_buckets (
     tenant text NOT NULL,
     tokens double precision NOT NULL,
     at timestamp with time zone NOT NULL,
-    admitted boolean NOT NULL
+    admitted boolean NOT NULL,
+    taken double precision NOT NULL DEFAULT 0
 );
 ALTER TABLE enqueue_buckets ADD CONSTRAINT enqueue_buckets_pkey PRIMARY KEY (tenant);
 CREATE UNIQUE INDEX enqueue_buckets_pkey ON enqueue_buckets USING btree (tenant);
@@ -318,6 +320,33 @@ ALTER TABLE shard_meta ADD CONSTRAINT shard_meta_pkey PRIMARY KEY (singleton);
 ALTER TABLE shard_meta ADD CONSTRAINT shard_meta_shard_check CHECK ((shard >= 0));
 ALTER TABLE shard_meta ADD CONSTRAINT shard_meta_singleton_check CHECK (singleton);
 CREATE UNIQUE INDEX shard_meta_pkey ON shard_meta USING btree (singleton);
+
+CREATE VIEW run_attempts AS SELECT attempts.run_id,
+    attempts.attempt,
+    attempts.fencing_token,
+    attempts.worker_id,
+    attempts.leased_at,
+    attempts.finished_at,
+    attempts.outcome,
+    attempts.result_state,
+    attempts.next_attempt_at,
+    attempts.error
+   FROM attempts
+UNION ALL
+ SELECT f.id AS run_id,
+    f.attempt,
+    f.fencing_token,
+    f.lease_owner AS worker_id,
+    f.leased_at,
+    f.finished_at,
+    'succeeded'::text AS outcome,
+    'succeeded'::text AS result_state,
+    NULL::timestamp with time zone AS next_attempt_at,
+    NULL::jsonb AS error
+   FROM finished_runs f
+  WHERE ((f.state = 'succeeded'::text) AND (f.fencing_token IS NOT NULL) AND (f.leased_at IS NOT NULL) AND (NOT (EXISTS ( SELECT 1
+           FROM attempts a
+          WHERE ((a.run_id = f.id) AND (a.fencing_token = f.fencing_token))))));
 
 CREATE VIEW runs AS SELECT live_runs.id,
     live_runs.tenant,

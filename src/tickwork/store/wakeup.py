@@ -1,7 +1,10 @@
 """Wake long-polling lease requests when runs become ready, through PostgreSQL
 LISTEN/NOTIFY: one listening connection per shard, no polling of the database by
 waiting requests. Every transaction that makes runs ready (enqueue, due flip, replay)
-notifies ``tickwork_ready`` with the queue name; delivery happens at commit.
+notifies ``tickwork_ready`` with ``<shard schema> <queue>``; delivery happens at commit.
+Shards that share a database (a schema each) share the channel: each shard's listener
+takes the notifications of its own schema only, so a waiter starts its claim on the
+shard that has the run, not on every shard of the database.
 """
 
 from __future__ import annotations
@@ -131,7 +134,11 @@ class ReadySignal:
                 waiter.event.set()
 
     def _on_notification(self, shard: int, payload: object) -> None:
-        self.notify(str(payload), shard)
+        schema, _, queue = str(payload).rpartition(" ")
+        if schema and schema != self.shard_map[shard].schema:
+            return  # another shard of the same database: its own listener has it
+        # No schema: a bare queue name, as earlier versions sent.
+        self.notify(queue, shard)
 
     async def _listen(self, shard_number: int, ready: asyncio.Event) -> None:
         shard = self.shard_map[shard_number]

@@ -72,13 +72,16 @@ WITH RECURSIVE heads AS (
 ), sources AS (
     -- How many ready runs each head offers this claim (up to a batch; for a limited
     -- job, up to its free slots: a job at its limit offers nothing and its backlog is
-    -- never walked). Counted on the index, no rows carried.
+    -- never walked). Counted on the index, no rows carried: the ORDER BY is the
+    -- index's, which keeps the generic plan on it (without it the plan was a
+    -- sequential scan, walking every dead row at the head of the table).
     SELECT h.queue, h.priority, h.tenant, NULL::text AS job, h.ready_at, h.id,
            (SELECT count(*)
             FROM (SELECT 1
                   FROM live_runs AS r
                   WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
                     AND r.priority = h.priority AND r.tenant = h.tenant
+                  ORDER BY r.ready_at, r.id
                   LIMIT $2) AS ready)::integer AS n
     FROM heads AS h
     UNION ALL
@@ -88,6 +91,7 @@ WITH RECURSIVE heads AS (
                   FROM live_runs AS r
                   WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
                     AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
+                  ORDER BY r.ready_at, r.id
                   LIMIT least($2, greatest(h.free, 0))) AS ready)::integer
     FROM limited_free AS h
 ), priority_shares AS (
@@ -233,8 +237,9 @@ RETURNING r.id, r.fencing_token, r.lease_expires_at, r.cancel_requested
 
 -- name: complete_succeeded
 -- The hot path: every succeeded run of the batch in one statement, which moves the
--- runs from live_runs to the history and records their attempts. A run whose cancel
--- was requested while leased records `cancelled`.
+-- runs from live_runs to the history. A succeeded run's finished row is the record of
+-- its last attempt (see the run_attempts view); a run whose cancel was requested while
+-- leased ends `cancelled` and records its attempt.
 WITH clock AS (
     SELECT coalesce($3::timestamptz, now()) AS now
 ), done AS (
@@ -254,19 +259,23 @@ WITH clock AS (
            NULL, deadline, cancel_requested, last_error, created_at, clock.now, clock.now,
            concurrency, request_fingerprint
     FROM done, clock
+    RETURNING id, fencing_token, state
 ), marked AS (
     -- Status: these jobs' runs changed (nothing written for a job already in the set).
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM done
     ON CONFLICT DO NOTHING
+), recorded AS (
+    INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at,
+                          finished_at, outcome, result_state)
+    SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now, 'cancelled',
+           'cancelled'
+    FROM done, clock
+    WHERE cancel_requested
 )
-INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
-                      outcome, result_state)
-SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now,
-       CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END,
-       CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END
-FROM done, clock
-RETURNING run_id, fencing_token, result_state, next_attempt_at
+SELECT id AS run_id, fencing_token, state AS result_state,
+       NULL::timestamptz AS next_attempt_at
+FROM moved
 
 -- name: lock_leased
 -- The failure path locks its rows first: the retry delay is drawn in Python.
@@ -338,12 +347,14 @@ RETURNING run_id, fencing_token, result_state, next_attempt_at
 -- name: completion_of
 -- What an earlier completion with this token answered (for idempotent repeats).
 SELECT result_state, next_attempt_at
-FROM attempts
+FROM run_attempts
 WHERE run_id = $1 AND fencing_token = $2 AND outcome <> 'lease-expired'
 
 -- name: notify_ready
--- Wake long-polling lease requests; delivered only when the transaction commits.
-SELECT pg_notify('tickwork_ready', queue)
+-- Wake long-polling lease requests; delivered only when the transaction commits. The
+-- payload names the shard's schema: shards sharing a database share the channel, and
+-- each shard's listener keeps its own (a queue name has no space).
+SELECT pg_notify('tickwork_ready', current_schema() || ' ' || queue)
 FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS queues
 
 -- name: release

@@ -5,7 +5,9 @@
 -- with an idempotency key first claims the key in run_keys (which outlives the run);
 -- a second insert with the same key inserts nothing (the caller then reads the first
 -- and compares $17, the request's fingerprint, with the one stored). $18: the job is in
--- dry-run mode.
+-- dry-run mode. $19: who enqueues, recorded in the audit log (NULL: nothing recorded).
+-- A run inserted ready wakes long-polling workers at commit: the audit entry and the
+-- notification ride in this statement, not two more round trips.
 WITH clock AS (
     SELECT coalesce($15::timestamptz, now()) AS now
 ), new AS (
@@ -35,8 +37,18 @@ WITH clock AS (
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM inserted
     ON CONFLICT DO NOTHING
+), audited AS (
+    INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
+    SELECT clock.now, inserted.tenant, inserted.job, inserted.id, 'enqueue', $19::text, NULL
+    FROM inserted, clock
+    WHERE $19::text IS NOT NULL
+), notified AS (
+    -- One row whatever it counts: joined below so that it runs.
+    SELECT count(pg_notify('tickwork_ready', current_schema() || ' ' || queue)) AS sent
+    FROM inserted
+    WHERE state = 'ready'
 )
-SELECT * FROM inserted
+SELECT inserted.* FROM inserted, notified
 
 -- name: new_run_ids
 SELECT nextval('run_ids') AS id FROM generate_series(1, $1)
@@ -112,7 +124,7 @@ LIMIT $5
 -- In the order they happened: a run's tokens strictly increase, while attempt numbers
 -- start again at 1 after a DLQ replay.
 SELECT attempt, fencing_token, worker_id, leased_at, finished_at, outcome, error
-FROM attempts
+FROM run_attempts
 WHERE run_id = $1
 ORDER BY fencing_token
 
@@ -228,3 +240,30 @@ SET dry_run = $3
 WHERE tenant = $1 AND job = $2
   AND state IN ('scheduled', 'ready', 'retry_wait')
   AND dry_run <> $3
+
+-- name: insert_ready_runs
+-- The common batch: runs of one job, ready now, without idempotency keys or times of
+-- their own. The job's fields once, the payloads as one array ($11), ids drawn in the
+-- payloads' order and answered in it; no row read back. $1 tenant, $2 job, $3 queue,
+-- $4 priority, $5-$8 max attempts, retry base and cap, timeout, $9 concurrency,
+-- $10 dry run, $12 now (NULL: the database's).
+WITH clock AS (
+    SELECT coalesce($12::timestamptz, now()) AS now
+), new AS (
+    SELECT nextval('run_ids') AS id, p.payload, p.n
+    FROM unnest($11::jsonb[]) WITH ORDINALITY AS p(payload, n)
+), inserted AS (
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           payload, created_at, updated_at, concurrency, dry_run)
+    SELECT new.id, $1, $2, $3, $4, 'ready', 'api', $5, $6, $7, $8, clock.now, clock.now,
+           new.payload, clock.now, clock.now, $9, $10
+    FROM new, clock
+    ORDER BY new.id
+), marked AS (
+    -- Status: this job's runs changed (nothing written when it is already in the set).
+    INSERT INTO changed_jobs (tenant, job) VALUES ($1, $2)
+    ON CONFLICT DO NOTHING
+)
+SELECT (SELECT now FROM clock) AS now, array_agg(id ORDER BY n) AS ids
+FROM new
