@@ -90,5 +90,6 @@ async def test_a_flood_of_bulk_runs_does_not_delay_another_tenants_critical_runs
     calm = await _b_lags(api_server, flood=False)
     flooded = await _b_lags(api_server, flood=True)
     assert max(flooded) < 1.0, flooded
-    # Within 20 % of the lag with no flood (plus 100 ms for the wall clock's noise).
-    assert max(flooded) <= 1.2 * max(calm) + 0.1, (calm, flooded)
+    # Within 20 % of the lag with no flood, plus 250 ms for the wall clock's noise on a
+    # busy machine (make bench measures it at full scale: fairness_b_p99_lag_s).
+    assert max(flooded) <= 1.2 * max(calm) + 0.25, (calm, flooded)

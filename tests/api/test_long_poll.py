@@ -86,7 +86,8 @@ async def test_an_idle_lease_returns_empty_after_wait_seconds(
         started = time.perf_counter()
         answered, leases = await timed_lease(worker, {"queues": ["default"], "waitSeconds": 0.3})
     assert leases == []
-    assert 0.29 <= answered - started < 1.0, answered - started
+    # Answered at its wait, not at the 5 s recheck (the margin is for a busy machine).
+    assert 0.29 <= answered - started < 2.5, answered - started
     assert waiting.qsize() == 1
 
 
@@ -130,4 +131,5 @@ async def test_the_due_flip_wakes_a_waiting_lease(
         flipped = time.perf_counter()
         answered, leases = await asyncio.wait_for(polling, 6)
     assert [item["runId"] for item in leases] == [run["runId"]]
-    assert answered - flipped < 0.1
+    # Woken by the flip's notification, not by the 5 s recheck (margin: a busy machine).
+    assert answered - flipped < 1.0, answered - flipped

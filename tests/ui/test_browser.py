@@ -41,7 +41,7 @@ CHROMIUM_FLAGS = [
 ]
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
-WAIT_MS = 5000
+WAIT_MS = 10_000  # what a step may take on a busy 2-core machine before the test fails
 
 
 def chromium_path() -> str | None:
