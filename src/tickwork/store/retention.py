@@ -24,7 +24,7 @@ from typing import Final
 
 import asyncpg
 
-from tickwork.store import epochs, queries
+from tickwork.store import clock, epochs, queries
 from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ _PARTITION: Final = re.compile(r"^(attempts|finished_runs)_(\d{8})$")
 LIST_PARTITIONS_OF: Final = queries.get("partitions_of")
 TABLE_EXISTS: Final = queries.get("table_exists")
 TODAY: Final = queries.get("utc_today")
-NOW: Final = queries.get("database_now")
 DELETE_OLD_DEFAULT_ROWS: Final = {
     "attempts": queries.get("delete_old_default_attempts"),
     "finished_runs": queries.get("delete_old_default_finished_runs"),
@@ -184,7 +183,7 @@ async def forget_old_audit(
     """Delete the audit entries older than ``retention_days``, ``batch`` rows per
     transaction (a year of entries going at once holds no lock for long); return how
     many went."""
-    cutoff = await conn.fetchval(NOW, now) - timedelta(days=retention_days)
+    cutoff = await clock.now(conn, now) - timedelta(days=retention_days)
     total = 0
     while True:
         async with conn.transaction():

@@ -76,6 +76,17 @@ def _parse_local(text: str | None, field: str) -> datetime | None:
     return value.astimezone(UTC)
 
 
+def _job_filter(text: str | None) -> str | None:
+    """A ``job`` filter's value (None: no filter); a name no job can have is refused."""
+    job = (text or "").strip() or None
+    if job is not None:
+        try:
+            check_name(job)
+        except ValueError as error:
+            raise InvalidRequest(str(error), field="job") from error
+    return job
+
+
 def _local_value(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
@@ -301,12 +312,7 @@ async def dlq_page(request: Request) -> Response:
 
     async def page(who: web.Viewer) -> Response:
         await auth.authorize(who.principal, auth.Action("list", "dlq", who.tenant))
-        job = (query.get("job") or "").strip() or None
-        if job is not None:
-            try:
-                check_name(job)
-            except ValueError as error:
-                raise InvalidRequest(str(error), field="job") from error
+        job = _job_filter(query.get("job"))
         since = _parse_local(query.get("since"), "since")
         until = _parse_local(query.get("until"), "until")
         cursor_text = query.get("cursor")
@@ -347,12 +353,7 @@ async def audit_page(request: Request) -> Response:
 
     async def page(who: web.Viewer) -> Response:
         await auth.authorize(who.principal, auth.Action("list", "audit", who.tenant))
-        job = (query.get("job") or "").strip() or None
-        if job is not None:
-            try:
-                check_name(job)
-            except ValueError as error:
-                raise InvalidRequest(str(error), field="job") from error
+        job = _job_filter(query.get("job"))
         cursor_text = query.get("cursor")
         cursor = Position.decode(cursor_text) if cursor_text else None
         entries, next_cursor = await audit.entries(
