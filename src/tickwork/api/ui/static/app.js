@@ -65,11 +65,19 @@
   var status = document.querySelector(".live-status");
   var busy = false;
   var failures = 0;
+  // Once a form is sent (sign out, an action) the page is on its way out: a refresh
+  // answered after that must not reload or repaint it over the form's own answer.
+  var leaving = false;
+  document.addEventListener("submit", function (event) {
+    if (!event.defaultPrevented) { leaving = true; }
+  });
+  window.addEventListener("pagehide", function () { leaving = true; });
+  window.addEventListener("pageshow", function () { leaving = false; });
 
   function say(text) { if (status) { status.textContent = text; } }
 
   function refresh() {
-    if (busy || document.hidden || !live) { return; }
+    if (busy || leaving || document.hidden || !live) { return; }
     busy = true;
     fetch(window.location.href, {
       headers: { "X-Tickwork-Live": "1" },
@@ -77,6 +85,7 @@
       cache: "no-store",
       redirect: "manual"
     }).then(function (response) {
+      if (leaving) { return null; }
       if (response.status === 401 || response.type === "opaqueredirect") {
         window.location.reload();  // the session ended: the page asks to sign in
         return null;
@@ -86,7 +95,7 @@
         return text;
       });
     }).then(function (html) {
-      if (html === null || html === undefined) { return; }
+      if (html === null || html === undefined || leaving) { return; }
       var checked = {};
       live.querySelectorAll("input[type=checkbox]:checked").forEach(function (box) {
         checked[box.name + "=" + box.value] = true;
