@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 from datetime import datetime
 
 import httpx
@@ -90,6 +91,7 @@ async def test_a_flood_of_bulk_runs_does_not_delay_another_tenants_critical_runs
     calm = await _b_lags(api_server, flood=False)
     flooded = await _b_lags(api_server, flood=True)
     assert max(flooded) < 1.0, flooded
-    # Within 20 % of the lag with no flood, plus 250 ms for the wall clock's noise on a
-    # busy machine (make bench measures it at full scale: fairness_b_p99_lag_s).
-    assert max(flooded) <= 1.2 * max(calm) + 0.25, (calm, flooded)
+    # Typically within 20 % of the lag with no flood, plus 50 ms for the wall clock's
+    # noise: the median, as one scheduling hiccup in 20 samples says nothing of the
+    # flood (make bench measures the p99 at full scale: fairness_b_p99_lag_s).
+    assert statistics.median(flooded) <= 1.2 * statistics.median(calm) + 0.05, (calm, flooded)
