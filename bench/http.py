@@ -452,6 +452,69 @@ def fairness(url: str, shard_map: ShardMap, seconds: float) -> tuple[list[float]
     return calm, flooded
 
 
+def _throughput_table(throughput: list[Row]) -> Table:
+    return Table(
+        "(c) lease + complete through HTTP, worker SDK processes, no-op handler (4 shards)",
+        throughput,
+        notes=["ceiling: the raw loop (a), measured just before each row"],
+    )
+
+
+def _wakeup_figures(context: Context, url: str, shard_map: ShardMap) -> Table:
+    figures = context.figures
+    asyncio.run(_clear(shard_map))
+    commits = asyncio.run(ceiling.commit_latency(context.database_url))
+    waits = asyncio.run(wakeup(url))
+    figures["wakeup_p50_ms"] = round(percentile(waits, 0.5) * 1000, 2)
+    figures["wakeup_p99_ms"] = round(percentile(waits, 0.99) * 1000, 2)
+    figures["commit_p50_ms"] = round(percentile(commits, 0.5) * 1000, 2)
+    figures["commit_p99_ms"] = round(percentile(commits, 0.99) * 1000, 2)
+    return Table(
+        "(e) idle wake-up: enqueue call -> handler start, through the long-poll",
+        [
+            {
+                "what": "enqueue -> handler start",
+                "samples": len(waits),
+                "p50 ms": figures["wakeup_p50_ms"],
+                "p99 ms": figures["wakeup_p99_ms"],
+            },
+            {
+                "what": "baseline: one-row INSERT + COMMIT",
+                "samples": len(commits),
+                "p50 ms": figures["commit_p50_ms"],
+                "p99 ms": figures["commit_p99_ms"],
+            },
+        ],
+        notes=["a wake-up waits for at least two WAL flushes: the enqueue's, the claim's"],
+    )
+
+
+def _best(throughput: list[Row]) -> Row:
+    return next(
+        r
+        for r in throughput
+        if r["worker processes"] == 4 and r["concurrency (lease batch)"] == 100
+    )
+
+
+@register("http-lease", "(c) alone: lease + complete through HTTP", default=False)
+def lease_case(context: Context) -> list[Table]:
+    shard_map = asyncio.run(migrate(context.database_url))
+    with dispatcher(context.database_url) as url:
+        throughput = lease_complete(url, context.database_url, shard_map, context.seconds)
+    best = _best(throughput)
+    context.figures["http_runs_per_s"] = best["http runs/s"]
+    context.figures["http_vs_ceiling"] = best["vs ceiling"]
+    return [_throughput_table(throughput)]
+
+
+@register("http-wakeup", "(e) alone: idle wake-up through the long-poll", default=False)
+def wakeup_case(context: Context) -> list[Table]:
+    shard_map = asyncio.run(migrate(context.database_url))
+    with dispatcher(context.database_url) as url:
+        return [_wakeup_figures(context, url, shard_map)]
+
+
 @register("http", "(c)-(g) through HTTP with the worker SDK, against raw-SQL baselines")
 def http_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(migrate(context.database_url))
@@ -459,11 +522,7 @@ def http_case(context: Context) -> list[Table]:
     figures = context.figures
     with dispatcher(context.database_url) as url:
         throughput = lease_complete(url, context.database_url, shard_map, seconds)
-        best = next(
-            r
-            for r in throughput
-            if r["worker processes"] == 4 and r["concurrency (lease batch)"] == 100
-        )
+        best = _best(throughput)
         figures["http_runs_per_s"] = best["http runs/s"]
         figures["http_vs_ceiling"] = best["vs ceiling"]
 
@@ -473,13 +532,7 @@ def http_case(context: Context) -> list[Table]:
         figures["enqueue_runs_per_s"] = round(enqueued)
         figures["enqueue_vs_ceiling"] = round(enqueued / base_enqueue, 3)
 
-        asyncio.run(_clear(shard_map))
-        commits = asyncio.run(ceiling.commit_latency(context.database_url))
-        waits = asyncio.run(wakeup(url))
-        figures["wakeup_p50_ms"] = round(percentile(waits, 0.5) * 1000, 2)
-        figures["wakeup_p99_ms"] = round(percentile(waits, 0.99) * 1000, 2)
-        figures["commit_p50_ms"] = round(percentile(commits, 0.5) * 1000, 2)
-        figures["commit_p99_ms"] = round(percentile(commits, 0.99) * 1000, 2)
+        woken = _wakeup_figures(context, url, shard_map)
 
         lags = start_lag(url, shard_map, best["http runs/s"], seconds * 2)
         lag_rows = []
@@ -502,11 +555,7 @@ def http_case(context: Context) -> list[Table]:
             percentile(flooded, 0.99) / max(percentile(calm, 0.99), 1e-3), 2
         )
     return [
-        Table(
-            "(c) lease + complete through HTTP, worker SDK processes, no-op handler (4 shards)",
-            throughput,
-            notes=["ceiling: the raw loop (a), measured just before each row"],
-        ),
+        _throughput_table(throughput),
         Table(
             "(d) batch enqueue through HTTP (1 000 runs a call, 2 clients)",
             [
@@ -517,24 +566,7 @@ def http_case(context: Context) -> list[Table]:
                 }
             ],
         ),
-        Table(
-            "(e) idle wake-up: enqueue call -> handler start, through the long-poll",
-            [
-                {
-                    "what": "enqueue -> handler start",
-                    "samples": len(waits),
-                    "p50 ms": figures["wakeup_p50_ms"],
-                    "p99 ms": figures["wakeup_p99_ms"],
-                },
-                {
-                    "what": "baseline: one-row INSERT + COMMIT",
-                    "samples": len(commits),
-                    "p50 ms": figures["commit_p50_ms"],
-                    "p99 ms": figures["commit_p99_ms"],
-                },
-            ],
-            notes=["a wake-up waits for at least two WAL flushes: the enqueue's, the claim's"],
-        ),
+        woken,
         Table(
             f"(f) start lag (lease - ready) at 80 % of {best['http runs/s']:,} runs/s, "
             "4 SDK processes",

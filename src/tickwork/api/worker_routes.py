@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -174,16 +175,36 @@ def _count_refusal(svc: Services, error: TickworkError) -> None:
 
 
 def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
+    """Count a lease call's runs: one increment per (queue, priority) and per (job,
+    priority) for the whole batch, and one lookup of each histogram's series per
+    priority (a lookup per run was a sixth of the server's time on this path)."""
+    if not granted:
+        return
+    metrics = svc.metrics
+    by_queue: Counter[tuple[str, int]] = Counter()
+    by_job: Counter[tuple[str, str, int]] = Counter()
+    lags: dict[int, list[float]] = {}
+    lates: dict[int, list[float]] = {}
     for lease in granted:
-        priority = Priority.from_rank(lease.priority).value
-        svc.metrics.leases.labels(lease.queue, priority).inc()
-        job = svc.metrics.job_label(lease.tenant, lease.job)
-        svc.metrics.job_leases.labels(job, priority).inc()
+        by_queue[(lease.queue, lease.priority)] += 1
+        by_job[(lease.tenant, lease.job, lease.priority)] += 1
         if lease.attempt == 1:
-            lag = (lease.leased_at - lease.ready_at).total_seconds()
-            svc.metrics.start_lag.labels(priority).observe(max(lag, 0.0))
-            late = (lease.leased_at - lease.due_at).total_seconds()
-            svc.metrics.schedule_lag.labels(priority).observe(max(late, 0.0))
+            lags.setdefault(lease.priority, []).append(
+                (lease.leased_at - lease.ready_at).total_seconds()
+            )
+            lates.setdefault(lease.priority, []).append(
+                (lease.leased_at - lease.due_at).total_seconds()
+            )
+    for (queue, rank), n in by_queue.items():
+        metrics.leases.labels(queue, Priority.from_rank(rank).value).inc(n)
+    for (tenant, job, rank), n in by_job.items():
+        label = metrics.job_label(tenant, job)
+        metrics.job_leases.labels(label, Priority.from_rank(rank).value).inc(n)
+    for histogram, values in ((metrics.start_lag, lags), (metrics.schedule_lag, lates)):
+        for rank, seconds in values.items():
+            series = histogram.labels(Priority.from_rank(rank).value)
+            for value in seconds:
+                series.observe(max(value, 0.0))
 
 
 @router.post(
@@ -290,6 +311,7 @@ def _batch_results(
     results: Sequence[Extended | Completed | TickworkError],
 ) -> Response:
     rendered: list[dict[str, Any]] = []
+    states: Counter[str] = Counter()
     for run_id, result in zip(run_ids, results, strict=True):
         if isinstance(result, TickworkError):
             _count_refusal(svc, result)
@@ -297,8 +319,10 @@ def _batch_results(
         elif isinstance(result, Extended):
             rendered.append({"runId": run_id, **render.extended(result)})
         else:
-            svc.metrics.completions.labels(result.state.value).inc()
+            states[result.state.value] += 1
             rendered.append({"runId": run_id, **render.completed(result)})
+    for state, n in states.items():
+        svc.metrics.completions.labels(state).inc(n)
     return responses.json({"items": rendered})
 
 

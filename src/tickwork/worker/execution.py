@@ -72,7 +72,7 @@ async def execute(session: Session, held: Held) -> None:
             )
             completion = Completion(context.run_id, context.fencing_token, "succeeded")
         else:
-            await handlers.call(handler, context, session.loop, session.executor)
+            await handlers.call(handler, context, session.threads)
             completion = Completion(context.run_id, context.fencing_token, "succeeded")
     except NonRetryableError as error:
         _log_failure(context, error, "failed for good (not retryable)")

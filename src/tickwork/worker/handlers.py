@@ -10,15 +10,14 @@ worker's thread pool, so blocking code does not stall the heartbeats.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import inspect
 from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import TypeVar
 
 from tickwork.worker.context import RunContext
+from tickwork.worker.threads import HandlerThreads
 
 Handler = Callable[[RunContext], object]
 """A function of the run's context: ``async def`` (runs on the event loop) or plain
@@ -82,19 +81,21 @@ class Handlers:
         return self._dry_run_default
 
 
-async def call(
-    handler: Handler,
-    context: RunContext,
-    loop: asyncio.AbstractEventLoop,
-    executor: Executor | None,
-) -> None:
-    """Run ``handler`` for ``context`` to its end: a coroutine function on ``loop``, a
-    plain function in ``executor`` (with the caller's context variables)."""
-    # An async function, or an object whose __call__ is one.
-    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+def is_async(handler: Handler) -> bool:
+    """An async function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        type(handler).__call__
+    )
+
+
+async def call(handler: Handler, context: RunContext, threads: HandlerThreads) -> None:
+    """Run ``handler`` for ``context`` to its end: a coroutine function on the event
+    loop, a plain function in one of ``threads`` (with the caller's context variables)."""
+    if is_async(handler):
         result = handler(context)
     else:
-        bound = functools.partial(contextvars.copy_context().run, handler, context)
-        result = await loop.run_in_executor(executor, bound)
+        result = await threads.run(
+            functools.partial(contextvars.copy_context().run, handler, context)
+        )
     if inspect.isawaitable(result):
         await result

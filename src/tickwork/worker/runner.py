@@ -23,7 +23,6 @@ import os
 import random
 import signal
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from tickwork.core.backoff import Backoff
@@ -33,6 +32,7 @@ from tickwork.worker.handlers import Handler, Handlers, HandlerT
 from tickwork.worker.results import OnResult
 from tickwork.worker.session import Session, WorkerSignals
 from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.threads import HandlerThreads
 
 log: Final = logging.getLogger("tickwork.worker")
 
@@ -164,14 +164,14 @@ class Worker:
             raise RuntimeError("this worker is already running")
         loop = asyncio.get_running_loop()
         settings = self.settings
-        executor = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="tickwork-handler")
+        threads = HandlerThreads(loop, settings.concurrency)
         client = WorkerClient(self.url, self._token, request_timeout=settings.request_timeout)
         session = Session(
             settings,
             self._handlers,
             client,
             loop,
-            executor,
+            threads,
             self.on_result,
             self.test_signals,
             self._rng,
@@ -211,7 +211,7 @@ class Worker:
             await client.close()
             for sig in installed:
                 loop.remove_signal_handler(sig)
-            executor.shutdown(wait=False, cancel_futures=True)
+            threads.close()
             self._loop = None
             self._stop_requested = False
             log.info("worker %s stopped", settings.worker_id, extra={"action": "stopped"})

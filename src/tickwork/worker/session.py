@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import random
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -25,6 +24,7 @@ from tickwork.worker.context import RunContext
 from tickwork.worker.handlers import Handlers
 from tickwork.worker.results import OnResult, report
 from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.threads import HandlerThreads
 
 log: Final = logging.getLogger("tickwork.worker")
 
@@ -65,7 +65,7 @@ class Session:
         handlers: Handlers,
         client: WorkerClient,
         loop: asyncio.AbstractEventLoop,
-        executor: ThreadPoolExecutor,
+        threads: HandlerThreads,
         on_result: OnResult | None,
         signals: WorkerSignals,
         rng: random.Random,
@@ -74,7 +74,7 @@ class Session:
         self.handlers = handlers
         self.client = client
         self.loop = loop
-        self.executor = executor
+        self.threads = threads
         self.on_result = on_result
         self.signals = signals
         self.rng = rng
