@@ -35,3 +35,27 @@ async def test_a_ready_run_wakes_its_shard_only(shard_map: ShardMap) -> None:
     finally:
         await notifier.close()
         await signal.stop()
+
+
+async def test_shards_in_one_database_share_one_listening_connection(
+    shard_map: ShardMap,
+) -> None:
+    # One connection hears the whole database's notifications once; a listener per
+    # shard heard each one once per shard, and a wake-up waited behind the others.
+    signal = ReadySignal(shard_map)
+    observer = await database.connect(shard_map[0])
+    await signal.start()
+    try:
+        listening = await observer.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+        )
+        assert listening == 1
+        assert signal.connected == set(range(shard_map.count))
+        async with signal.waiter(["work"]) as waiter:
+            await runs.notify_ready(observer, ["work"])  # outside a transaction: at once
+            await asyncio.wait_for(_woken_by(waiter, {0}), 10)
+            assert waiter.shards == {0}
+    finally:
+        await signal.stop()
+        await observer.close()

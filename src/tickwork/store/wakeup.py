@@ -2,9 +2,11 @@
 LISTEN/NOTIFY: one listening connection per shard, no polling of the database by
 waiting requests. Every transaction that makes runs ready (enqueue, due flip, replay)
 notifies ``tickwork_ready`` with ``<shard schema> <queue>``; delivery happens at commit.
-Shards that share a database (a schema each) share the channel: each shard's listener
-takes the notifications of its own schema only, so a waiter starts its claim on the
-shard that has the run, not on every shard of the database.
+Shards that share a database (a schema each) share the channel and one listening
+connection: the schema in the notification names the shard, so a waiter starts its
+claim on the shard that has the run, not on every shard of the database. (A listener
+per shard heard every notification of its database once each, and a wake-up waited
+behind the ones that were not its shard's.)
 """
 
 from __future__ import annotations
@@ -59,8 +61,16 @@ class ListenerSignals(Signals):
     """A shard's listening connection broke, stopped answering, or could not be made."""
 
 
+def _by_database(shard_map: ShardMap) -> list[tuple[int, ...]]:
+    """The shard numbers, grouped by the database they live in, in shard order."""
+    groups: dict[str, list[int]] = {}
+    for shard in shard_map.shards:
+        groups.setdefault(shard.dsn, []).append(shard.number)
+    return [tuple(group) for group in groups.values()]
+
+
 class ReadySignal:
-    """Listens on every shard and wakes the waiters of the notified queues.
+    """Listens on every shard's database and wakes the waiters of the notified queues.
 
     A listening connection that breaks (PostgreSQL restarting, the link reset) or stops
     answering its keep-alive probe (a hung link) is replaced after a full-jitter
@@ -91,10 +101,11 @@ class ReadySignal:
         self.test_signals = ListenerSignals()
 
     async def start(self) -> None:
-        ready = [asyncio.Event() for _ in self.shard_map.shards]
+        groups = _by_database(self.shard_map)
+        ready = [asyncio.Event() for _ in groups]
         self._tasks = [
-            asyncio.create_task(self._listen(shard_number, ready[shard_number]))
-            for shard_number in range(self.shard_map.count)
+            asyncio.create_task(self._listen(group, event))
+            for group, event in zip(groups, ready, strict=True)
         ]
         await asyncio.gather(*(event.wait() for event in ready))
 
@@ -133,58 +144,69 @@ class ReadySignal:
             for waiter in waiting:
                 waiter.event.set()
 
-    def _on_notification(self, shard: int, payload: object) -> None:
+    def _on_notification(
+        self, schemas: dict[str, int], group: tuple[int, ...], payload: object
+    ) -> None:
         schema, _, queue = str(payload).rpartition(" ")
-        if schema and schema != self.shard_map[shard].schema:
-            return  # another shard of the same database: its own listener has it
-        # No schema: a bare queue name, as earlier versions sent.
-        self.notify(queue, shard)
+        if not schema:
+            # A bare queue name, as earlier versions sent: any shard of this database.
+            for shard in group:
+                self.notify(queue, shard)
+            return
+        number = schemas.get(schema)
+        if number is not None:  # else a schema that is none of our shards
+            self.notify(queue, number)
 
-    async def _listen(self, shard_number: int, ready: asyncio.Event) -> None:
-        shard = self.shard_map[shard_number]
+    async def _listen(self, group: tuple[int, ...], ready: asyncio.Event) -> None:
+        """Listen for the shards of ``group``, which share one database."""
+        schemas = {self.shard_map[number].schema: number for number in group}
         backoff = Backoff(self.reconnect_delay, self.max_reconnect_delay)
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await database.connect(shard)
+                conn = await database.connect(self.shard_map[group[0]])
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(
                     CHANNEL,
-                    lambda _c, _pid, _channel, payload, shard=shard_number: self._on_notification(
-                        shard, payload
+                    lambda _c, _pid, _channel, payload: self._on_notification(
+                        schemas, group, payload
                     ),
                 )
-                self.connected.add(shard_number)
+                self.connected.update(group)
                 ready.set()
-                if backoff.failures:
-                    logger.info(
-                        "listening again for ready runs",
-                        extra={"action": "listen-recovered", "shard": shard_number},
-                    )
+                for shard in group:
+                    if backoff.failures:
+                        logger.info(
+                            "listening again for ready runs",
+                            extra={"action": "listen-recovered", "shard": shard},
+                        )
+                    self.test_signals.listening.signal(shard)
                 backoff.reset()
-                self.test_signals.listening.signal(shard_number)
                 # Whatever was notified while we were not listening: look again.
                 self.wake_all()
                 await self._until_lost(conn, lost)
-                logger.warning(
-                    "lost the notification connection",
-                    extra={"action": "listen-lost", "shard": shard_number},
-                )
+                for shard in group:
+                    logger.warning(
+                        "lost the notification connection",
+                        extra={"action": "listen-lost", "shard": shard},
+                    )
             except Exception as error:
-                logger.log(
-                    logging.WARNING if outages.is_outage(error) else logging.ERROR,
-                    "cannot listen for ready runs: %s",
-                    outages.describe(error),
-                    extra={"action": "listen-error", "shard": shard_number},
-                )
+                for shard in group:
+                    logger.log(
+                        logging.WARNING if outages.is_outage(error) else logging.ERROR,
+                        "cannot listen for ready runs: %s",
+                        outages.describe(error),
+                        extra={"action": "listen-error", "shard": shard},
+                    )
                 ready.set()  # do not hold up start-up; waiters still time out and retry
             finally:
-                self.connected.discard(shard_number)
+                self.connected.difference_update(group)
                 if conn is not None and not conn.is_closed():
                     # A hung link must not hang the listener too: give up on the close.
                     conn.terminate()
-            self.test_signals.lost.signal(shard_number)
+            for shard in group:
+                self.test_signals.lost.signal(shard)
             await asyncio.sleep(backoff.next_delay())
 
     async def _until_lost(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
