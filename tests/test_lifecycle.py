@@ -316,6 +316,27 @@ async def test_ready_run_is_leased_with_a_fencing_token(
     assert await dispatcher.lease(QUEUES, limit=10, worker_id="w2", lease_seconds=30) == []
 
 
+async def test_a_long_poll_answered_by_its_first_look_keeps_its_runs(
+    jobs: Jobs, dispatcher: Dispatcher
+) -> None:
+    # Only a poll that waited asks whether its caller went away; one answered at once
+    # is as fresh as a call that does not wait, and the question costs a loop turn.
+    await new_job(jobs)
+    run = await enqueue(jobs)
+    asked = 0
+
+    async def gone() -> bool:
+        nonlocal asked
+        asked += 1
+        return True  # were it asked, the run would be given back
+
+    granted = await dispatcher.lease(
+        QUEUES, limit=1, worker_id="w1", lease_seconds=30, wait_seconds=5, gone=gone
+    )
+    assert [lease.run_id for lease in granted] == [run.run_id]
+    assert asked == 0
+
+
 async def test_a_short_timeout_caps_the_first_lease(
     jobs: Jobs, dispatcher: Dispatcher, clock: FrozenClock
 ) -> None:

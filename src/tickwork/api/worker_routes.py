@@ -100,6 +100,8 @@ def _run_id(document: dict[str, Any], where: str) -> str:
 
 
 def _check_keys(document: dict[str, Any], allowed: frozenset[str], where: str = "") -> None:
+    if document.keys() <= allowed:  # the common case, without building a set
+        return
     unknown = set(document) - allowed
     if unknown:
         field = fields.key(where.removesuffix("."), sorted(unknown)[0])

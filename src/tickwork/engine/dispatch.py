@@ -129,9 +129,11 @@ class Dispatcher:
         deadline = loop.time() + wait_seconds
         # Registered before the first look, so a run made ready while we look wakes us
         # again: one visit of the shards, not one before and one after registering.
+        waited = False
         async with self.wakeups.waiter(queues) as waiter:
             granted = await self._claim(queues, limit, worker_id, lease_seconds, tenant)
             while not granted:
+                waited = True
                 remaining = deadline - loop.time()
                 if remaining <= 0 or (gone is not None and await gone()):
                     break
@@ -147,7 +149,10 @@ class Dispatcher:
                 else:
                     # The recheck, or a listener back after an outage: every shard.
                     granted = await self._claim(queues, limit, worker_id, lease_seconds, tenant)
-        if granted and gone is not None and await gone():
+        # Only a request that waited can have been given up on: one answered by its
+        # first look is as fresh as a call that does not wait (and the check costs a
+        # turn of the event loop on the hot path).
+        if granted and waited and gone is not None and await gone():
             await self.release(granted)
             return []
         return granted
