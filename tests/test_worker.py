@@ -756,6 +756,55 @@ async def test_runs_finishing_together_share_one_completion_call() -> None:
     assert len(results.items) == 5
 
 
+@dataclass
+class CountedLeases(FakeApi):
+    """A fake API that tells when it has answered a number of lease calls."""
+
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def lease(self, request: web.Request) -> web.Response:
+        response = await super().lease(request)
+        self.answered.set()
+        return response
+
+    async def leased(self, calls: int) -> list[int]:
+        """The ``max`` of each lease call, once there have been ``calls``."""
+        while len(asked := [body["max"] for name, body in self.calls if name == "lease"]) < calls:
+            self.answered.clear()
+            await self.answered.wait()
+        return asked
+
+
+async def test_slots_freed_moments_apart_are_leased_in_one_call() -> None:
+    fake = CountedLeases(leases=[fake_lease(n) for n in range(10)], expect_completed=10)
+    release = {n: asyncio.Event() for n in range(10)}
+
+    async def held(ctx: RunContext) -> None:
+        await release[ctx.payload["n"]].wait()
+
+    results = Results()
+    async with serve(fake) as url:
+        worker = Worker(
+            url,
+            "fake-token",
+            on_result=results,
+            concurrency=10,
+            wait_seconds=0.05,
+            complete_window=0.001,
+            lease_window=5.0,  # far longer than the test takes to free the other slots
+        )
+        worker.register(held)
+        async with running(worker), asyncio.timeout(WAIT):
+            await fake.leased(1)
+            release[0].set()
+            await results.wait(1)  # one slot free, and the worker has seen it
+            for event in release.values():
+                event.set()
+            asked = await fake.leased(2)
+    # Not a call for the first slot freed and another for the other nine.
+    assert asked[:2] == [10, 10]
+
+
 async def test_completion_retries_after_server_errors() -> None:
     fake = FakeApi(leases=[fake_lease(1)], complete_answers=[503, 500], expect_completed=1)
 

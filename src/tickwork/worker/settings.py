@@ -49,6 +49,11 @@ class WorkerSettings(Settings):
     complete_window: Annotated[float, Field(ge=0)] = 0.005
     """How long a finished run waits for others to share its completion call."""
 
+    lease_window: Annotated[float, Field(ge=0)] = 0.005
+    """With fewer handler slots free than a full lease batch, how long the next lease
+    call waits for more to free up (handlers that finish together free their slots
+    moments apart: one call then asks for all of them, not one for the first few)."""
+
     retry_base_seconds: Annotated[float, Field(ge=0)] = 0.5
     """While the API is unreachable, calls are retried after a full-jitter backoff
     from this..."""
