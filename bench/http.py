@@ -13,6 +13,9 @@ measured just before it on the same server.
 (g) fairness: tenant A floods 100 000 bulk runs of a slow job (concurrency 50, so 50
     workers stay busy with it); tenant B enqueues 10 critical runs per second; B's
     start lag with and without the flood.
+
+``--only http-lease`` runs (c) alone and ``--only http-wakeup`` (e) alone, each with a
+dispatcher of its own; ``http`` runs them all, as ``make bench`` does.
 """
 
 from __future__ import annotations
