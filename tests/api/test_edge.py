@@ -16,7 +16,10 @@ import httpx
 import orjson
 import pytest
 from conftest import TEAM_TOKEN, WORKER_TOKEN
+from fastapi import FastAPI, Request
+from starlette.responses import Response
 
+from tickwork.api import edge as api_edge
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
@@ -291,3 +294,35 @@ async def test_a_refused_body_that_arrives_whole_leaves_the_connection_usable(
         writer.write(body)
         writer.write(head("GET", "/healthz"))
         assert (await read_answer(reader)).status == 200
+
+
+async def test_a_request_tells_from_its_connection_when_its_client_went_away() -> None:
+    # A woken long-poll asks this before answering: from the connection, no loop turn.
+    app = FastAPI()
+    entered, seen = asyncio.Event(), asyncio.Event()
+    found: dict[str, object] = {}
+
+    @app.get("/probe")
+    async def probe(request: Request) -> Response:
+        gone = api_edge.client_gone(request)
+        found["served by the connection"] = api_edge.CLIENT_GONE in request.scope["extensions"]
+        found["gone at first"] = await gone()
+        entered.set()
+        async with asyncio.timeout(5):
+            while not await gone():  # noqa: ASYNC110 - a connection's state has no event
+                await asyncio.sleep(0.01)
+        seen.set()
+        return Response()
+
+    server = HttpServer(app, port=0, limits=LIMITS)
+    url = urlsplit(await server.start())
+    assert url.hostname is not None and url.port is not None
+    try:
+        _, writer = await asyncio.open_connection(url.hostname, url.port)
+        writer.write(head("GET", "/probe"))
+        await asyncio.wait_for(entered.wait(), 5)
+        writer.close()
+        await asyncio.wait_for(seen.wait(), 5)
+    finally:
+        await server.stop()
+    assert found == {"served by the connection": True, "gone at first": False}

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import http
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Final
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -52,6 +54,23 @@ def raw_response(error: TickworkError) -> bytes:
         *(f"{name.lower()}: {value}" for name, value in problems.headers_of(error).items()),
     ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+# The ASGI scope extension that tells whether the request's connection is closing.
+CLIENT_GONE: Final = "tickwork.client_gone"
+
+
+def client_gone(request: Request) -> Callable[[], Awaitable[bool]]:
+    """Whether the client of ``request`` went away: from the connection itself when
+    ``GuardedProtocol`` serves it, else through Starlette's ``is_disconnected``."""
+    closing = request.scope.get("extensions", {}).get(CLIENT_GONE)
+    if closing is None:
+        return request.is_disconnected
+
+    async def gone() -> bool:
+        return bool(closing())
+
+    return gone
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -123,6 +142,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self._awaiting_headers = False
         self._raw_header_bytes = 0
         self._disarm_header_timer()
+        # Whether the client went away, answered without a turn of the event loop
+        # (Starlette's is_disconnected waits for one): see ``client_gone``.
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+        extensions[CLIENT_GONE] = self.transport.is_closing
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:

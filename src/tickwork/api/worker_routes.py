@@ -18,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import auth, bodies, models, render, responses
+from tickwork.api import auth, bodies, edge, models, render, responses
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, caller, services
 from tickwork.core import fields, limits
@@ -265,7 +265,7 @@ async def lease(request: Request) -> Response:
         tenant=None if caller.role is Role.admin else caller.tenant,
         wait_seconds=wait,
         recheck_seconds=svc.settings.long_poll_recheck_seconds,
-        gone=request.is_disconnected,
+        gone=edge.client_gone(request),
     )
     _count_leases(svc, granted)
     return responses.json({"leases": [render.lease(item) for item in granted]})
