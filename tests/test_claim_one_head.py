@@ -168,3 +168,40 @@ async def test_the_one_head_claim_reads_a_few_pages_whatever_the_backlog(
         assert int(plan["Shared Hit Blocks"]) + int(plan.get("Shared Read Blocks", 0)) < 60
     finally:
         await conn.close()
+
+
+def _hashed(plan: object) -> list[str]:
+    found: list[str] = []
+    if isinstance(plan, dict):
+        if plan.get("Strategy") == "Hashed":
+            found.append(str(plan.get("CTE Name") or plan.get("Node Type")))
+        for value in plan.values():
+            found += _hashed(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            found += _hashed(value)
+    return found
+
+
+async def test_the_claims_generic_plans_group_by_sorting(shard_map: ShardMap) -> None:
+    """A hashed aggregate sizes its table for the generic plan's guess (thousands of
+    heads) when the executor starts: the claim connections group by sorting instead."""
+    conn = await db.connect(shard_map[0], claims=True)
+    try:
+        for sql in (leases.CLAIM, leases.CLAIM_ONE_HEAD):
+            statement = await conn.prepare(sql)
+            types = ", ".join(t.name for t in statement.get_parameters())
+            await conn.execute(f"PREPARE claim_plan ({types}) AS {sql}")
+            arguments = "'{default}', 10, 'w', NULL, 30, NULL, '{0,0,0}', '{0.7,0.25,0.05}', 1"
+            count = len(statement.get_parameters())
+            plan = json.loads(
+                await conn.fetchval(
+                    "EXPLAIN (FORMAT JSON) EXECUTE claim_plan ("
+                    + ", ".join(arguments.split(", ")[:count])
+                    + ")"
+                )
+            )
+            await conn.execute("DEALLOCATE claim_plan")
+            assert _hashed(plan) == [], plan
+    finally:
+        await conn.close()

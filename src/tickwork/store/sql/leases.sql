@@ -473,8 +473,9 @@ WITH released AS (
 SELECT queue FROM released
 
 -- name: generic_plan
--- The claim's plan is the same for every argument: see leases.claim.
-SET LOCAL plan_cache_mode TO force_generic_plan
+-- The claim's plan is the same for every argument, and groups by sorting: see
+-- leases.claim and database.claim_settings.
+SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_hashagg TO off
 
 -- name: run_state
 SELECT state, tenant, queue FROM runs WHERE id = $1
