@@ -407,6 +407,12 @@ WEIGHTS = [0.7, 0.25, 0.05]
             (["default"], 10, "w-1", None, 30.0, None, PASSES, WEIGHTS, 1),
             {"live_runs_claimable", "live_runs_limited", "live_runs_limited_leased"},
         ),
+        # Several heads in the busy shard: the probe reads both indexes, leases nothing.
+        (
+            "claim_one_head",
+            (["default"], 10, "w-1", None, 30.0, None),
+            {"live_runs_claimable", "live_runs_limited"},
+        ),
         ("promote_due", (500, None), {"live_runs_waiting"}),
         ("lock_expired", (None, 1000), {"live_runs_leased"}),
         ("skip_past_deadline", (500, None), {"live_runs_start_deadline"}),

@@ -364,10 +364,14 @@ async def record_failures(
     return rows
 
 
+# State(value) looks the member up through the enum machinery: a microsecond a run.
+_STATES: Final = {state.value: state for state in State}
+
+
 def _collect(found: dict[tuple[int, int], Completed], rows: Sequence[asyncpg.Record]) -> None:
     for row in rows:
         found[(row["run_id"], row["fencing_token"])] = Completed(
-            row["run_id"], State(row["result_state"]), row["next_attempt_at"]
+            row["run_id"], _STATES[row["result_state"]], row["next_attempt_at"]
         )
 
 
