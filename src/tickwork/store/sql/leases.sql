@@ -120,6 +120,8 @@ WITH RECURSIVE heads AS (
             FROM (SELECT 1
                   FROM live_runs AS l
                   WHERE l.state = 'leased' AND l.tenant = c.tenant
+                  -- The index's order (live_runs_leased), as in sources.
+                  ORDER BY l.job, l.id DESC
                   LIMIT 4 * $2) AS held) AS leased
     FROM (SELECT DISTINCT tenant
           FROM contenders
@@ -475,7 +477,8 @@ SELECT queue FROM released
 -- name: generic_plan
 -- The claim's plan is the same for every argument, and groups by sorting: see
 -- leases.claim and database.claim_settings.
-SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_hashagg TO off
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_hashagg', 'off', true)
 
 -- name: run_state
 SELECT state, tenant, queue FROM runs WHERE id = $1
