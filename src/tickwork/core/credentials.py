@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from tickwork.core import fields
 
-__all__ = ["Finding", "find"]
+__all__ = ["Finding", "find", "may_hold_value", "secret_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +255,28 @@ def _path(trail: _Trail) -> str:
     for step in reversed(steps):
         path = fields.index(path, step) if isinstance(step, int) else fields.key(path, step)
     return path
+
+
+_TEXT_FRAGMENT_STRINGS: Final = tuple(f.decode() for f in _TEXT_FRAGMENTS)
+_FOLDED_TEXT_FRAGMENT_STRINGS: Final = tuple(f.decode() for f in _FOLDED_TEXT_FRAGMENTS)
+
+
+def may_hold_value(encoded: bytes) -> bool:
+    """Whether a JSON text (as orjson writes it: only quotes, backslashes and control
+    characters escaped) holds what a value detector looks for; False means no string in
+    it is a credential by shape (keys are not looked at: ``secret_key``). Exact: a
+    string is lower-cased character by character, so what its lower-cased form holds,
+    the lower-cased text holds too (bytes are lower-cased as such only when ASCII)."""
+    if encoded.isascii():
+        folded = encoded.lower()
+        return any(f in encoded for f in _TEXT_FRAGMENTS) or any(
+            f in folded for f in _FOLDED_TEXT_FRAGMENTS
+        )
+    text = encoded.decode()
+    lowered = text.lower()
+    return any(f in text for f in _TEXT_FRAGMENT_STRINGS) or any(
+        f in lowered for f in _FOLDED_TEXT_FRAGMENT_STRINGS
+    )
 
 
 def find(value: Any, encoded: bytes | None = None) -> Finding | None:

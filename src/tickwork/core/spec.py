@@ -18,7 +18,7 @@ import enum
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, TypeVar
 
@@ -358,6 +358,82 @@ def valid_payload(payload: Any) -> bool:
         _check_payload_content(check_payload_shape(payload))
     except PydanticCustomError:
         return False
+    return True
+
+
+def encoded_payloads(payloads: Sequence[Any]) -> list[bytes] | None:
+    """The JSON text of each of ``payloads`` (parsed JSON values) when every one passes
+    the checks of ``valid_payload``, else None (the caller then finds out which fails,
+    and why, through the model).
+
+    The same checks, made for a batch: one walk of each value for shape and storability
+    that also tests each key holding a non-empty string against the secret keys (once
+    per distinct key), one encoding (its size, and the text the database stores), and
+    one credential prefilter over the texts of the whole batch; a value is walked by the
+    full credential scan only when its own text holds what a detector looks for.
+    """
+    encoded: list[bytes] = []
+    secret_keys: dict[str, bool] = {}
+    for payload in payloads:
+        if not _storable(payload, secret_keys):
+            return None
+        text = orjson.dumps(payload)
+        if len(text) > limits.MAX_PAYLOAD_BYTES:
+            return None
+        encoded.append(text)
+    # orjson escapes no character a detector looks for, and a newline never appears
+    # unescaped in its output: the joined texts hold a fragment only where one text does.
+    if credentials.may_hold_value(b"\n".join(encoded)):
+        for payload, text in zip(payloads, encoded, strict=True):
+            if credentials.may_hold_value(text) and credentials.find(payload) is not None:
+                return None
+    return encoded
+
+
+def _storable(value: Any, secret_keys: dict[str, bool]) -> bool:
+    """``_json_problem`` finds nothing in ``value`` and no key of it names a secret
+    (``credentials``' ``secret-key``); False also for any type JSON parsing does not
+    make (the model decides those)."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    nodes = 0
+    while pending:
+        item, depth = pending.pop()
+        nodes += 1
+        kind = type(item)
+        if kind is str:
+            if "\x00" in item or (not item.isascii() and text_problem(item) is not None):
+                return False
+        elif kind is dict:
+            if depth >= limits.MAX_JSON_DEPTH:
+                return False
+            for key, child in item.items():
+                nodes += 1
+                if type(key) is not str or "\x00" in key:
+                    return False
+                if not key.isascii() and text_problem(key) is not None:
+                    return False
+                if type(child) is str and child.strip():
+                    secret = secret_keys.get(key)
+                    if secret is None:
+                        secret = secret_keys[key] = credentials.secret_key(key)
+                    if secret:
+                        return False
+                pending.append((child, depth + 1))
+        elif kind is list:
+            if depth >= limits.MAX_JSON_DEPTH:
+                return False
+            for child in item:
+                pending.append((child, depth + 1))
+        elif kind is int:
+            if not -(2**63) <= item < 2**64:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif item is not None and kind is not bool:
+            return False
+        if nodes > _MAX_NODES:
+            return False
     return True
 
 
