@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from tickwork.api import auth, bodies, models, render, responses
 from tickwork.api.auth import Principal, Role
-from tickwork.api.services import Services, principal, services
+from tickwork.api.services import Services, principal, services_dependency
 from tickwork.core import fields, limits
 from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
 from tickwork.core.records import Attempt, Run, Scope, State
@@ -23,7 +23,7 @@ from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 router = APIRouter(prefix="/v1")
 
 Caller = Annotated[Principal, Depends(principal)]
-Svc = Annotated[Services, Depends(services)]
+Svc = Annotated[Services, Depends(services_dependency)]
 JobName = Annotated[str, Path(description="The job's name (DNS-1123 subdomain).")]
 RunId = Annotated[str, Path(alias="runId", description="The run's id.")]
 TenantParam = Annotated[str | None, Query(description="Admin tokens only: act for this tenant.")]
@@ -103,7 +103,7 @@ async def _owned_run(
     return run, attempts, Scope(tenant=run.tenant)
 
 
-def _plain_payloads(document: Any) -> list[str | None] | None:
+def _plain_payloads(document: Any) -> list[bytes | None] | None:
     """The payloads of a plain batch, ``{"runs": [...]}`` whose every item is ``{}`` or
     ``{"payload": …}`` with a valid payload, as JSON texts (None for ``{}``: the job's
     payload), checked by hand for the whole batch at once (``encoded_payloads``):
@@ -129,7 +129,7 @@ def _plain_payloads(document: Any) -> list[str | None] | None:
     if encoded is None:
         return None
     texts = iter(encoded)
-    return [next(texts).decode() if item else None for item in items]
+    return [next(texts) if item else None for item in items]
 
 
 async def _admit(svc: Services, tenant: str, runs: int) -> None:

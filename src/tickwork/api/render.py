@@ -98,7 +98,7 @@ def ready_runs(batch: ReadyRuns) -> bytes:
     tail = b"," + ending + b"}"
     documents = [
         b'%s%d%s%d","payload":%s%s'
-        % (head, local, middle, local, b"null" if text is None else text.encode(), tail)
+        % (head, local, middle, local, b"null" if text is None else text, tail)
         for local, text in zip(batch.ids, batch.payloads_json, strict=True)
     ]
     return b'{"items":[' + b",".join(documents) + b"]}"

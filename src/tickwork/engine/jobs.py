@@ -465,10 +465,10 @@ class Jobs:
             return results
 
     async def enqueue_ready(
-        self, tenant: str, name: str, payloads_json: list[str | None], actor: str
+        self, tenant: str, name: str, payloads_json: list[bytes | None], actor: str
     ) -> ReadyRuns:
         """Enqueue runs of one job ready now, without keys or times of their own, one
-        per payload (JSON text; None: the job's payload; ``"null"``: none), in one
+        per payload (JSON text, ``null`` for none; None: the job's payload), in one
         statement whatever their number: the plain batch of ``enqueue_many``."""
         shard = self.shard_of(tenant, name)
         async with self.database.connection(shard) as conn:

@@ -156,18 +156,23 @@ async def insert_ready(
     shard: int,
     tenant: str,
     job: str,
-    payloads_json: list[str | None],
+    payloads_json: list[bytes | None],
     actor: str,
     now: datetime | None = None,
 ) -> ReadyRuns | None:
-    """Runs of the job, ready now, one per payload (JSON text; None: the job's payload;
-    ``"null"``: none), in one statement (one round trip, no transaction around it) that
-    reads the definition, records one audit entry and wakes long-polling workers at its
-    commit. None when the job does not exist."""
-    row = await conn.fetchrow(INSERT_READY_RUNS, tenant, job, payloads_json, now, actor)
+    """Runs of the job, ready now, one per payload (JSON text, ``null`` for none; None:
+    the job's payload), in one statement (one round trip, no transaction around it)
+    that reads the definition, records one audit entry and wakes long-polling workers
+    at its commit. None when the job does not exist."""
+    # One JSON array for all: one parameter to encode and to send, however many runs.
+    array = b"[" + b",".join(b"null" if p is None else p for p in payloads_json) + b"]"
+    job_payload_at = [n for n, p in enumerate(payloads_json, 1) if p is None]
+    row = await conn.fetchrow(
+        INSERT_READY_RUNS, tenant, job, array.decode(), job_payload_at, now, actor
+    )
     if row is None:
         return None
-    default = row["payload"]
+    default = None if row["payload"] is None else row["payload"].encode()
     return ReadyRuns(
         shard=shard,
         tenant=tenant,
@@ -177,7 +182,9 @@ async def insert_ready(
         max_attempts=row["max_attempts"],
         created_at=row["now"],
         ids=list(row["ids"]),
-        payloads_json=[default if p is None else p for p in payloads_json],
+        payloads_json=[
+            default if p is None else (None if p == b"null" else p) for p in payloads_json
+        ],
     )
 
 

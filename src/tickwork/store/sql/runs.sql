@@ -246,13 +246,13 @@ WHERE tenant = $1 AND job = $2
 -- of one job, ready now, without idempotency keys or times of their own. The job's
 -- definition is read (and held FOR SHARE, so a concurrent delete cannot orphan a run)
 -- in the statement, its fields taken from the stored spec (the defaults of JobSpec for
--- a field an older document lacks); no definition, no row. $3: the payloads as JSON
--- texts (NULL: the job's payload; 'null': none), ids drawn in their order and answered
--- in it; no row read back. $4 now (NULL: the database's), $5 who enqueues: one audit
--- entry for the call, the changed-jobs mark and the wake-up of long-polling workers
--- ride along.
+-- a field an older document lacks); no definition, no row. $3: the payloads, one JSON
+-- array (null: none), $4 the positions (from 1) of the runs that take the job's
+-- payload instead; ids drawn in the payloads' order and answered in it, no row read
+-- back. $5 now (NULL: the database's), $6 who enqueues: one audit entry for the call,
+-- the changed-jobs mark and the wake-up of long-polling workers ride along.
 WITH clock AS (
-    SELECT coalesce($4::timestamptz, now()) AS now
+    SELECT coalesce($5::timestamptz, now()) AS now
 ), definition AS (
     SELECT tenant, name, queue, priority, spec
     FROM definitions
@@ -270,7 +270,7 @@ WITH clock AS (
     FROM definition
 ), new AS (
     SELECT nextval('run_ids') AS id, p.payload, p.n
-    FROM job, unnest($3::text[]) WITH ORDINALITY AS p(payload, n)
+    FROM job, jsonb_array_elements($3::jsonb) WITH ORDINALITY AS p(payload, n)
 ), inserted AS (
     INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
                            retry_base, retry_max, timeout_seconds, due_at, ready_at,
@@ -278,8 +278,8 @@ WITH clock AS (
     SELECT new.id, job.tenant, job.name, job.queue, job.priority, 'ready', 'api',
            job.max_attempts, job.retry_base, job.retry_max, job.timeout_seconds,
            clock.now, clock.now,
-           CASE WHEN new.payload IS NULL THEN job.payload
-                ELSE nullif(new.payload::jsonb, 'null'::jsonb) END,
+           CASE WHEN new.n = ANY($4::bigint[]) THEN job.payload
+                ELSE nullif(new.payload, 'null'::jsonb) END,
            clock.now, clock.now, job.concurrency, job.dry_run
     FROM new, job, clock
     ORDER BY new.id
@@ -290,8 +290,8 @@ WITH clock AS (
     ON CONFLICT DO NOTHING
 ), audited AS (
     INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
-    SELECT clock.now, job.tenant, job.name, NULL, 'enqueue', $5::text,
-           jsonb_build_object('runs', cardinality($3::text[]))
+    SELECT clock.now, job.tenant, job.name, NULL, 'enqueue', $6::text,
+           jsonb_build_object('runs', (SELECT count(*) FROM new))
     FROM job, clock
 ), notified AS (
     -- Delivered at commit; the payload names the shard's schema (see notify_ready).
