@@ -305,15 +305,46 @@ async def single_enqueue(url: str, samples: int = 300) -> list[float]:
         return times
 
 
+async def store_enqueue(shard_map: ShardMap, seconds: float, clients: int = 2) -> float:
+    """Runs/s of the plain batch's own statement (``runs.insert_ready``, 1 000 runs)
+    straight through asyncpg, as many connections as (d) has clients: the database's
+    part of (d), without HTTP, parsing, checks or rendering."""
+    from tickwork.store import runs
+
+    shard = shard_map.shard_of("bench", "sink")
+    payloads: list[bytes | None] = [orjson.dumps({"n": n}) for n in range(1000)]
+
+    async def loop(deadline: float) -> int:
+        conn = await database.connect(shard_map[shard])
+        done = 0
+        try:
+            while time.perf_counter() < deadline:
+                ready = await runs.insert_ready(conn, shard, "bench", "sink", payloads, "bench")
+                assert ready is not None
+                done += len(ready.ids)
+        finally:
+            await conn.close()
+        return done
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(loop(started + seconds) for _ in range(clients)))
+    return sum(counts) / (time.perf_counter() - started)
+
+
 def enqueue_figures(url: str, database_url: str, shard_map: ShardMap, seconds: float) -> Row:
-    """(d): the batch enqueue next to ``INSERT … SELECT unnest`` measured just before."""
+    """(d): the batch enqueue next to ``INSERT … SELECT unnest`` measured just before,
+    and the statement it ends in, alone, measured just after."""
     asyncio.run(_clear(shard_map))
     base = asyncio.run(ceiling.enqueue(database_url, seconds / 2))
     rate = asyncio.run(batch_enqueue(url, seconds))
+    asyncio.run(_clear(shard_map))
+    statement = asyncio.run(store_enqueue(shard_map, seconds / 2))
     return {
         "http runs/s": round(rate),
         "INSERT ... unnest runs/s": round(base),
         "vs baseline": round(rate / base, 2),
+        "its statement alone runs/s": round(statement),
+        "statement vs baseline": round(statement / base, 2),
     }
 
 
