@@ -26,6 +26,7 @@ from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec, Priority, Retry, encoded_payloads, valid_payload
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.store import database as store_database
+from tickwork.store import quotas
 from tickwork.store.database import Database
 from tickwork.store.wakeup import CHANNEL
 
@@ -348,3 +349,24 @@ def test_the_scan_given_the_text_finds_what_the_walk_finds(payload: Any) -> None
     found = credentials.find(payload)
     assert found is not None
     assert credentials.find(payload, orjson.dumps(payload)) == found
+
+
+async def test_a_quota_take_is_one_statement_that_relaxes_only_its_own_commit(
+    database_url: str, shard_map: ShardMap
+) -> None:
+    conn = await store_database.connect(shard_map[0])
+    seen: list[str] = []
+    try:
+        await conn.execute("SET synchronous_commit TO on")  # the test server's is off
+        conn.add_query_logger(lambda record: seen.append(record.query))
+        take = await quotas.take_enqueue_tokens(conn, TENANT, 5, 100.0, 1000.0, ahead=50.0)
+        assert (take.admitted, take.taken) == (True, 50.0)
+        # The setting was the take's own: the session's next transaction waits again.
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
+        await asyncio.sleep(0)  # the driver calls its query loggers soon after a query
+        assert len(seen) == 2 and "enqueue_buckets" in seen[0], seen
+        async with conn.transaction():
+            with pytest.raises(RuntimeError):
+                await quotas.take_enqueue_tokens(conn, TENANT, 5, 100.0, 1000.0)
+    finally:
+        await conn.close()
