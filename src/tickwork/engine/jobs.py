@@ -308,9 +308,11 @@ class Jobs:
             )
             if run is not None:
                 return run, True
-            # Nothing inserted: no such job (NotFound), or the key is taken.
+            # Nothing inserted: there was no such job, or the key is taken (and then the
+            # job is asked for first: a deleted job's key does not answer its old run).
+            if request.idempotency_key is None:
+                raise definitions.not_found(tenant, name)
             await definitions.get(conn, shard, tenant, name)
-            assert request.idempotency_key is not None
             first = await runs.by_key(conn, shard, tenant, name, request.idempotency_key)
             if first is None:  # pragma: no cover - the key's run is gone from the history
                 raise RuntimeError("idempotency conflict without a visible row")
