@@ -4,7 +4,10 @@ One shard on a private PostgreSQL, filled like a busy installation (ready runs o
 tenants x 50 jobs in three priorities, a history of finished runs behind them), then
 each hot statement runs under ``EXPLAIN (ANALYZE, BUFFERS, WAL)`` a number of times:
 claim (batch 100), complete (the same 100, succeeded) and materialise (1 000 due
-definitions). The table gives per-row figures (execution time, buffers hit, WAL
+definitions); ``--batch`` (repeatable) and ``--tenants 1 --priorities 1`` choose the
+claims' shape, and a claim is measured through each statement that serves the shape
+(the merging claim, and the one-head claim when one head holds the work). The table
+gives per-row figures (execution time, buffers hit, WAL
 records and bytes, full-page images) as medians over the repetitions; ``--plans``
 prints one plan of each.
 """
@@ -25,7 +28,7 @@ import asyncpg
 from bench import Row, Table, format_table
 from bench.__main__ import server, with_database
 from bench.materialiser import spec_document
-from tickwork.core.shards import ShardMap
+from tickwork.core.shards import Shard, ShardMap
 from tickwork.engine import materialiser
 from tickwork.store import database, leases, migrate
 
@@ -127,7 +130,14 @@ async def hot_table(conn: asyncpg.Connection) -> str:
     return "live_runs" if found else "runs"
 
 
-async def measure(url: str, show_plans: bool, tenants: int, priorities: int) -> list[Table]:
+async def measure(
+    url: str,
+    show_plans: bool,
+    tenants: int,
+    priorities: int,
+    batches: Sequence[int] = (100,),
+    ready: int = READY,
+) -> list[Table]:
     shard_map = ShardMap.from_dsns([url], 1)
     await migrate.migrate_all(shard_map.shards)
     shard = shard_map.shards[0]
@@ -135,71 +145,89 @@ async def measure(url: str, show_plans: bool, tenants: int, priorities: int) -> 
     try:
         table = await hot_table(conn)
         await conn.execute(FILL_FINISHED[table], FINISHED)
-        await conn.execute(FILL_READY[table], READY, tenants, priorities)
+        await conn.execute(FILL_READY[table], ready, tenants, priorities)
         await conn.execute("VACUUM ANALYZE")
-        claim_plans: list[Any] = []
-        complete_plans: list[Any] = []
-        for n in range(REPEATS):
-            async with conn.transaction():
-                # As the dispatcher runs it: on a generic plan (see leases.claim).
-                await conn.execute("SET LOCAL plan_cache_mode TO force_generic_plan")
-                plan = json.loads(
-                    await conn.fetchval(
-                        EXPLAIN + leases.CLAIM, *claim_arguments(len(leases.CLAIM), n)
+        # The statements a claim may run, as the dispatcher runs them: on generic plans.
+        claims = {"claim": leases.CLAIM}
+        if getattr(leases, "CLAIM_ONE_HEAD", None):
+            claims["claim_one_head"] = leases.CLAIM_ONE_HEAD
+        measured: list[tuple[str, list[Any], int]] = []
+        for batch in batches:
+            for name, sql in claims.items():
+                claim_plans: list[Any] = []
+                complete_plans: list[Any] = []
+                for n in range(REPEATS):
+                    worker = f"w-{name}-{batch}-{n}"
+                    claim_plans.append(await _explain_claim(conn, sql, batch, worker, n, shard))
+                    rows = await conn.fetch(
+                        "SELECT id, fencing_token FROM runs WHERE state = 'leased' "
+                        "AND lease_owner = $1",
+                        worker,
                     )
-                )[0]
-            claim_plans.append(plan)
-            rows = await conn.fetch(
-                "SELECT id, fencing_token FROM runs WHERE state = 'leased' AND lease_owner = $1",
-                f"w{n}",
-            )
-            async with conn.transaction():
-                plan = json.loads(
-                    await conn.fetchval(
-                        EXPLAIN + leases.COMPLETE_SUCCEEDED,
-                        [r["id"] for r in rows],
-                        [r["fencing_token"] for r in rows],
-                        None,
-                        None,
-                        None,
-                    )
-                )[0]
-            complete_plans.append(plan)
+                    if not rows:
+                        break  # this statement does not serve this shape (several heads)
+                    complete_plans.append(await _explain_complete(conn, rows))
+                if complete_plans:
+                    measured.append((f"{name} (batch {batch})", claim_plans, batch))
+                    measured.append((f"complete ({batch} succeeded)", complete_plans, batch))
         materialise_plans: list[Any] = []
         spec = spec_document()
         for n in range(5):
             await conn.execute(FILL_DEFINITIONS, spec, DUE + timedelta(hours=n), n)
             explaining = Explaining(conn, materialiser.INSERT_PLANNED_RUNS, materialise_plans)
             await materialiser.materialise(explaining, DUE + timedelta(hours=n))
+        measured.append(("materialise (1000 cron runs)", materialise_plans, 1000))
         if show_plans:
-            for name, plans in (
-                ("claim", claim_plans),
-                ("complete", complete_plans),
-                ("materialise", materialise_plans),
-            ):
+            for name, plans, _ in measured:
                 print(f"-- {name}\n{json.dumps(plans[-1]['Plan'], indent=1)}\n", file=sys.stderr)
-        rows_out = [
-            per_row("claim (batch 100)", claim_plans, 100),
-            per_row("complete (100 succeeded)", complete_plans, 100),
-            per_row("materialise (1000 cron runs)", materialise_plans, 1000),
-        ]
+        rows_out = [per_row(name, plans, rows) for name, plans, rows in measured]
     finally:
         await conn.close()
     return [
         Table(
-            f"EXPLAIN (ANALYZE, BUFFERS, WAL) per row, hot table {table!r}: {READY:,} ready "
+            f"EXPLAIN (ANALYZE, BUFFERS, WAL) per row, hot table {table!r}: {ready:,} ready "
             f"runs of {tenants} tenants x {priorities} priorities, {FINISHED:,} finished, "
             f"medians of {REPEATS} (materialise 5)",
             rows_out,
-            notes=["EXPLAIN ANALYZE adds timing overhead: compare the rows, not the totals"],
+            notes=[
+                "EXPLAIN ANALYZE adds timing overhead: compare the rows, not the totals",
+                "us/row includes the statement's fixed cost: at batch 1 it is that cost",
+            ],
         )
     ]
 
 
-def claim_arguments(_: int, n: int) -> tuple[Any, ...]:
-    if "$9" not in leases.CLAIM:  # before version 5: no priority shares
-        return ([QUEUE], 100, f"w{n}", None, 300.0, None)
-    return ([QUEUE], 100, f"w{n}", None, 300.0, None, [0.0, 0.0, 0.0], [0.7, 0.25, 0.05], n)
+async def _explain_claim(
+    conn: asyncpg.Connection, sql: str, batch: int, worker: str, n: int, shard: Shard
+) -> Any:
+    async with conn.transaction():
+        # As the dispatcher runs it: with the claim connections' settings (a generic
+        # plan, and whatever else database.claim_settings says).
+        for name, value in database.claim_settings(shard).items():
+            await conn.execute("SELECT set_config($1, $2, true)", name, value)
+        arguments = claim_arguments(sql, batch, worker, n)
+        return json.loads(await conn.fetchval(EXPLAIN + sql, *arguments))[0]
+
+
+async def _explain_complete(conn: asyncpg.Connection, rows: Sequence[Any]) -> Any:
+    async with conn.transaction():
+        return json.loads(
+            await conn.fetchval(
+                EXPLAIN + leases.COMPLETE_SUCCEEDED,
+                [r["id"] for r in rows],
+                [r["fencing_token"] for r in rows],
+                None,
+                None,
+                None,
+            )
+        )[0]
+
+
+def claim_arguments(sql: str, batch: int, worker: str, n: int) -> tuple[Any, ...]:
+    common = ([QUEUE], batch, worker, None, 300.0, None)
+    if "$7" not in sql:  # claim_one_head; and the claim before version 5 (no shares)
+        return common
+    return (*common, [0.0, 0.0, 0.0], [0.7, 0.25, 0.05], n)
 
 
 async def _admin(url: str, statement: str) -> None:
@@ -215,6 +243,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plans", action="store_true", help="print one plan of each")
     parser.add_argument("--tenants", type=int, default=10, help="tenants of the ready runs")
     parser.add_argument("--priorities", type=int, default=3, choices=(1, 2, 3))
+    parser.add_argument(
+        "--batch",
+        type=int,
+        action="append",
+        help="claim batch size, repeatable (default 100)",
+    )
+    parser.add_argument("--ready", type=int, default=READY, help="ready runs preloaded")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with server() as url:
         name = "tickwork_bench_explain"
@@ -223,7 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             for table in asyncio.run(
                 measure(
-                    with_database(url, name), options.plans, options.tenants, options.priorities
+                    with_database(url, name),
+                    options.plans,
+                    options.tenants,
+                    options.priorities,
+                    options.batch or [100],
+                    options.ready,
                 )
             ):
                 print(format_table(table))

@@ -5,7 +5,8 @@ measured just before it on the same server.
 (c) lease + complete: 1 and 4 worker processes, concurrency 1 and 100 (so lease
     batches of 1 and up to 100, batched completions), a no-op handler.
 (d) batch enqueue: ``POST /v1/jobs/{name}/runs:batch`` of 1 000 runs, 2 clients, vs
-    ``INSERT … SELECT unnest``.
+    ``INSERT … SELECT unnest``; ``--only enqueue`` runs it alone, with the latency of
+    a single ``POST /v1/jobs/{name}/runs`` next to a one-row commit.
 (e) idle wake-up: an idle worker long-polls; time from the enqueue call to the
     handler starting, p50/p99.
 (f) start lag (lease time - ready time) per priority while ready runs arrive at 80 %
@@ -289,6 +290,104 @@ async def batch_enqueue(url: str, seconds: float, clients: int = 2) -> float:
         return sum(counts) / (time.perf_counter() - started)
 
 
+async def single_enqueue(url: str, samples: int = 300) -> list[float]:
+    """Seconds per ``POST /v1/jobs/{name}/runs`` of one run, one call at a time: the
+    first half of every wake-up."""
+    body = orjson.dumps({"payload": {"n": 1}})
+    async with _session(TEAM) as session:
+        await _put_job(session, url, "single", {"queue": "single"})
+        times = []
+        for n in range(samples + 20):
+            sent = time.perf_counter()
+            async with session.post(f"{url}/v1/jobs/single/runs", data=body) as answer:
+                if answer.status != 201:
+                    raise RuntimeError(f"enqueue: {answer.status} {await answer.text()}")
+                await answer.read()
+            if n >= 20:  # the first few warm the connections and plans
+                times.append(time.perf_counter() - sent)
+        return times
+
+
+async def store_enqueue(shard_map: ShardMap, seconds: float, clients: int = 2) -> float:
+    """Runs/s of the plain batch's own statement (``runs.insert_ready``, 1 000 runs)
+    straight through asyncpg, as many connections as (d) has clients: the database's
+    part of (d), without HTTP, parsing, checks or rendering."""
+    from tickwork.store import runs
+
+    shard = shard_map.shard_of("bench", "sink")
+    payloads: list[bytes | None] = [orjson.dumps({"n": n}) for n in range(1000)]
+
+    async def loop(deadline: float) -> int:
+        conn = await database.connect(shard_map[shard])
+        done = 0
+        try:
+            while time.perf_counter() < deadline:
+                ready = await runs.insert_ready(conn, shard, "bench", "sink", payloads, "bench")
+                assert ready is not None
+                done += len(ready.ids)
+        finally:
+            await conn.close()
+        return done
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(loop(started + seconds) for _ in range(clients)))
+    return sum(counts) / (time.perf_counter() - started)
+
+
+def enqueue_figures(url: str, database_url: str, shard_map: ShardMap, seconds: float) -> Row:
+    """(d): the batch enqueue next to ``INSERT … SELECT unnest`` measured just before,
+    and the statement it ends in, alone, measured just after."""
+    asyncio.run(_clear(shard_map))
+    base = asyncio.run(ceiling.enqueue(database_url, seconds / 2))
+    rate = asyncio.run(batch_enqueue(url, seconds))
+    asyncio.run(_clear(shard_map))
+    statement = asyncio.run(store_enqueue(shard_map, seconds / 2))
+    return {
+        "http runs/s": round(rate),
+        "INSERT ... unnest runs/s": round(base),
+        "vs baseline": round(rate / base, 2),
+        "its statement alone runs/s": round(statement),
+        "statement vs baseline": round(statement / base, 2),
+    }
+
+
+@register("enqueue", "(d) alone: HTTP batch and single enqueue", default=False)
+def enqueue_case(context: Context) -> list[Table]:
+    shard_map = asyncio.run(migrate(context.database_url))
+    with dispatcher(context.database_url) as url:
+        rows = [enqueue_figures(url, context.database_url, shard_map, context.seconds)]
+        asyncio.run(_clear(shard_map))
+        commits = asyncio.run(ceiling.commit_latency(context.database_url))
+        singles = asyncio.run(single_enqueue(url))
+    figures = context.figures
+    figures["enqueue_runs_per_s"] = rows[0]["http runs/s"]
+    figures["enqueue_vs_ceiling"] = round(
+        rows[0]["http runs/s"] / rows[0]["INSERT ... unnest runs/s"], 3
+    )
+    figures["single_enqueue_p50_ms"] = round(percentile(singles, 0.5) * 1000, 2)
+    figures["single_enqueue_p99_ms"] = round(percentile(singles, 0.99) * 1000, 2)
+    return [
+        Table("(d) batch enqueue through HTTP (1 000 runs a call, 2 clients)", rows),
+        Table(
+            "(d) single enqueue through HTTP, one call at a time",
+            [
+                {
+                    "what": "POST /v1/jobs/{name}/runs",
+                    "samples": len(singles),
+                    "p50 ms": figures["single_enqueue_p50_ms"],
+                    "p99 ms": figures["single_enqueue_p99_ms"],
+                },
+                {
+                    "what": "baseline: one-row INSERT + COMMIT",
+                    "samples": len(commits),
+                    "p50 ms": round(percentile(commits, 0.5) * 1000, 2),
+                    "p99 ms": round(percentile(commits, 0.99) * 1000, 2),
+                },
+            ],
+        ),
+    ]
+
+
 # --- (e) idle wake-up -------------------------------------------------------------------
 
 
@@ -529,11 +628,11 @@ def http_case(context: Context) -> list[Table]:
         figures["http_runs_per_s"] = best["http runs/s"]
         figures["http_vs_ceiling"] = best["vs ceiling"]
 
-        asyncio.run(_clear(shard_map))
-        base_enqueue = asyncio.run(ceiling.enqueue(context.database_url, seconds / 2))
-        enqueued = asyncio.run(batch_enqueue(url, seconds))
-        figures["enqueue_runs_per_s"] = round(enqueued)
-        figures["enqueue_vs_ceiling"] = round(enqueued / base_enqueue, 3)
+        enqueue_row = enqueue_figures(url, context.database_url, shard_map, seconds)
+        figures["enqueue_runs_per_s"] = enqueue_row["http runs/s"]
+        figures["enqueue_vs_ceiling"] = round(
+            enqueue_row["http runs/s"] / enqueue_row["INSERT ... unnest runs/s"], 3
+        )
 
         woken = _wakeup_figures(context, url, shard_map)
 
@@ -561,13 +660,7 @@ def http_case(context: Context) -> list[Table]:
         _throughput_table(throughput),
         Table(
             "(d) batch enqueue through HTTP (1 000 runs a call, 2 clients)",
-            [
-                {
-                    "http runs/s": round(enqueued),
-                    "INSERT ... unnest runs/s": round(base_enqueue),
-                    "vs baseline": round(enqueued / base_enqueue, 2),
-                }
-            ],
+            [enqueue_row],
         ),
         woken,
         Table(

@@ -407,6 +407,12 @@ WEIGHTS = [0.7, 0.25, 0.05]
             (["default"], 10, "w-1", None, 30.0, None, PASSES, WEIGHTS, 1),
             {"live_runs_claimable", "live_runs_limited", "live_runs_limited_leased"},
         ),
+        # Several heads in the busy shard: the probe reads both indexes, leases nothing.
+        (
+            "claim_one_head",
+            (["default"], 10, "w-1", None, 30.0, None),
+            {"live_runs_claimable", "live_runs_limited"},
+        ),
         ("promote_due", (500, None), {"live_runs_waiting"}),
         ("lock_expired", (None, 1000), {"live_runs_leased"}),
         ("skip_past_deadline", (500, None), {"live_runs_start_deadline"}),
@@ -445,6 +451,19 @@ WEIGHTS = [0.7, 0.25, 0.05]
             # ON CONFLICT DO NOTHING arbitrates on every unique index of run_keys.
             set(),
         ),
+        # A job's live runs are in two indexes: the leased ones apart (a lease grant
+        # writes no live_runs_by_job entry). Whole-job reads take both.
+        (
+            "runs_of_job",
+            ("t1", "job-1", None, None, 50),
+            {"live_runs_by_job", "live_runs_leased", "finished_runs_*_tenant_job_id_idx"},
+        ),
+        ("job_statuses", (["t1"], ["job-1"]), {"live_runs_by_job", "live_runs_leased"}),
+        ("job_table", ("t1", None, None, "all", "name", 50), {"live_runs_leased"}),
+        ("reshard_job_size", ("t1", "job-1"), {"live_runs_by_job", "live_runs_leased"}),
+        ("reshard_lock_job_runs", ("t1", "job-1"), {"live_runs_by_job", "live_runs_leased"}),
+        ("reshard_copy_live_runs", ("t1", "job-1"), {"live_runs_by_job", "live_runs_leased"}),
+        ("reshard_copy_attempts", ("t1", "job-1"), {"live_runs_by_job", "live_runs_leased"}),
         ("audit_of_tenant", ("t1", None, None, 50), {"audit_log_tenant_at"}),
         ("audit_of_tenant", ("t1", LATER, 5000, 50), {"audit_log_tenant_at"}),
         ("audit_of_job", ("t1", "job-1", None, None, 50), {"audit_log_job_at"}),

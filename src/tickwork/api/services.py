@@ -50,6 +50,12 @@ def services(request: Request) -> Services:
     return found
 
 
+async def services_dependency(request: Request) -> Services:
+    """``services`` for ``Depends``: a coroutine, which FastAPI awaits on the event loop
+    (a plain function it runs in a worker thread, a hop per request)."""
+    return services(request)
+
+
 # Declares the bearer scheme in the OpenAPI document; auth.Authenticate checks it.
 _bearer = HTTPBearer(auto_error=False, description="A tickwork token.")
 

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from tickwork.core import fields
 
-__all__ = ["Finding", "find"]
+__all__ = ["Finding", "find", "may_hold_value", "secret_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +257,41 @@ def _path(trail: _Trail) -> str:
     return path
 
 
+_TEXT_FRAGMENT_STRINGS: Final = tuple(f.decode() for f in _TEXT_FRAGMENTS)
+_FOLDED_TEXT_FRAGMENT_STRINGS: Final = tuple(f.decode() for f in _FOLDED_TEXT_FRAGMENTS)
+
+
+def may_hold_value(encoded: bytes) -> bool:
+    """Whether a JSON text (as orjson writes it: only quotes, backslashes and control
+    characters escaped) holds what a value detector looks for; False means no string in
+    it is a credential by shape (keys are not looked at: ``secret_key``). Exact: a
+    string is lower-cased character by character, so what its lower-cased form holds,
+    the lower-cased text holds too (bytes are lower-cased as such only when ASCII)."""
+    if encoded.isascii():
+        folded = encoded.lower()
+        return any(f in encoded for f in _TEXT_FRAGMENTS) or any(
+            f in folded for f in _FOLDED_TEXT_FRAGMENTS
+        )
+    text = encoded.decode()
+    lowered = text.lower()
+    return any(f in text for f in _TEXT_FRAGMENT_STRINGS) or any(
+        f in lowered for f in _FOLDED_TEXT_FRAGMENT_STRINGS
+    )
+
+
+_KEY_NOISE_BYTES: Final = b"-_ \t\n\r\x0b\x0c"
+
+
+def _may_hold_secret_key(encoded: bytes) -> bool:
+    """Whether a JSON text could hold a key ``secret_key`` takes for a secret: its
+    fragments looked for once the noise ``secret_key`` ignores is gone. A text with an
+    escape or a non-ASCII character (where other whitespace may hide) counts as one."""
+    if b"\\" in encoded or not encoded.isascii():
+        return True
+    normal = encoded.lower().translate(None, _KEY_NOISE_BYTES)
+    return any(f in normal for f in _KEY_FRAGMENTS)
+
+
 def find(value: Any, encoded: bytes | None = None) -> Finding | None:
     """An obvious credential in a JSON value (the first one found), or None.
 
@@ -265,11 +300,8 @@ def find(value: Any, encoded: bytes | None = None) -> Finding | None:
     """
     values, keys = True, True
     if encoded is not None:
-        folded = encoded.lower()
-        values = any(f in encoded for f in _TEXT_FRAGMENTS) or any(
-            f in folded for f in _FOLDED_TEXT_FRAGMENTS
-        )
-        keys = any(f in folded for f in _KEY_FRAGMENTS)
+        values = may_hold_value(encoded)
+        keys = _may_hold_secret_key(encoded)
         if not values and not keys:
             return None
     pending: list[tuple[_Trail, Any]] = [(None, value)]

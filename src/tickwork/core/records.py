@@ -149,7 +149,8 @@ class ReadyRuns:
     max_attempts: int
     created_at: datetime
     ids: list[int]
-    payloads_json: list[str | None]
+    # Each run's payload as the JSON text it was stored from (None: none).
+    payloads_json: list[bytes | None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import enum
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, TypeVar
 
@@ -359,6 +359,107 @@ def valid_payload(payload: Any) -> bool:
     except PydanticCustomError:
         return False
     return True
+
+
+def encoded_payloads(payloads: Sequence[Any]) -> list[bytes] | None:
+    """The JSON text of each of ``payloads`` (values parsed from JSON) when every one
+    passes the checks of ``valid_payload``, else None (the caller then finds out which
+    fails, and why, through the model).
+
+    The same checks, made for a batch: one walk of all the values for shape and
+    storability that also tests each key holding a non-empty string against the secret
+    keys (once per distinct key), one encoding each (its size, and the text the
+    database stores), and one credential prefilter over the texts of the whole batch; a
+    value is walked by the full credential scan only when its own text holds what a
+    detector looks for. The count of values is not kept: parsed JSON shares no part, so
+    a value of more than ``_MAX_NODES`` values encodes to more than the size limit.
+    """
+    if not _storable(payloads, {}):
+        return None
+    encoded = [orjson.dumps(payload) for payload in payloads]
+    if encoded and max(map(len, encoded)) > limits.MAX_PAYLOAD_BYTES:
+        return None
+    # orjson escapes no character a detector looks for, and a newline never appears
+    # unescaped in its output: the joined texts hold a fragment only where one text does.
+    if credentials.may_hold_value(b"\n".join(encoded)):
+        for payload, text in zip(payloads, encoded, strict=True):
+            if credentials.may_hold_value(text) and credentials.find(payload) is not None:
+                return None
+    return encoded
+
+
+def _storable(payloads: Sequence[Any], secret_keys: dict[str, bool]) -> bool:
+    """``_json_problem`` finds nothing in any of ``payloads`` (but the count of values)
+    and no key of them names a secret (``credentials``' ``secret-key``: ``secret_keys``
+    remembers each key's answer); False also for a type JSON parsing does not make (the
+    model decides those). Objects of scalars, the usual payload, are walked without a
+    stack."""
+    pending: list[tuple[Any, int]] = []
+    for payload in payloads:
+        kind = type(payload)
+        if kind is dict:
+            if not _storable_object(payload, 0, pending, secret_keys):
+                return False
+        elif kind is list:
+            pending.append((payload, 0))
+        elif not _storable_scalar(payload):
+            return False
+    while pending:
+        item, depth = pending.pop()
+        if type(item) is dict:
+            if not _storable_object(item, depth, pending, secret_keys):
+                return False
+            continue
+        if depth >= limits.MAX_JSON_DEPTH:
+            return False
+        for child in item:
+            kind = type(child)
+            if kind is dict or kind is list:
+                pending.append((child, depth + 1))
+            elif not _storable_scalar(child):
+                return False
+    return True
+
+
+def _storable_object(
+    item: dict[Any, Any],
+    depth: int,
+    pending: list[tuple[Any, int]],
+    secret_keys: dict[str, bool],
+) -> bool:
+    if depth >= limits.MAX_JSON_DEPTH:
+        return False
+    for key, child in item.items():
+        if type(key) is not str or "\x00" in key:
+            return False
+        if not key.isascii() and text_problem(key) is not None:
+            return False
+        kind = type(child)
+        if kind is str:
+            if "\x00" in child or (not child.isascii() and text_problem(child) is not None):
+                return False
+            if child.strip():
+                secret = secret_keys.get(key)
+                if secret is None:
+                    secret = secret_keys[key] = credentials.secret_key(key)
+                if secret:
+                    return False
+        elif kind is dict or kind is list:
+            pending.append((child, depth + 1))
+        elif not _storable_scalar(child):
+            return False
+    return True
+
+
+def _storable_scalar(value: Any) -> bool:
+    kind = type(value)
+    if kind is str:
+        return "\x00" not in value and (value.isascii() or text_problem(value) is None)
+    if kind is int:
+        return bool(-(2**63) <= value < 2**64)
+    if kind is float:
+        return math.isfinite(value)
+    return value is None or kind is bool
 
 
 def payload_validator(payload: Any, info: ValidationInfo) -> Any:

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -45,8 +45,6 @@ from tickwork.store import clock as store_clock
 from tickwork.store import definitions, dlq, runs
 from tickwork.store.database import Connection, Database
 
-# In the payloads of enqueue_ready: the item gave none, the run takes the job's.
-JOB_PAYLOAD: Final = object()
 T = TypeVar("T")
 
 
@@ -277,7 +275,53 @@ class Jobs:
     async def enqueue(
         self, tenant: str, name: str, request: EnqueueRequest, actor: str
     ) -> tuple[Run, bool]:
-        """Enqueue one run; with a known idempotency key return the first run instead."""
+        """Enqueue one run; with a known idempotency key return the first run instead.
+
+        One statement (``runs.enqueue``: one round trip, the first half of a wake-up);
+        only ``ifNotRunning``, which reads the job's running runs first, takes a
+        transaction of several."""
+        if request.if_not_running:
+            return await self._enqueue_if_not_running(tenant, name, request, actor)
+        if request.run_at is not None and request.delay_seconds is not None:
+            raise InvalidRequest("give at most one of runAt and delaySeconds", field="runAt")
+        shard = self.shard_of(tenant, name)
+        payload_json = None
+        if request.payload_given and request.payload is not None:
+            payload_json = orjson.dumps(request.payload).decode()
+        async with self.database.connection(shard) as conn:
+            run = await runs.enqueue(
+                conn,
+                shard,
+                tenant,
+                name,
+                run_at=request.run_at,
+                delay_seconds=request.delay_seconds,
+                payload_json=payload_json,
+                payload_given=request.payload_given,
+                priority=None if request.priority is None else request.priority.rank,
+                idempotency_key=request.idempotency_key,
+                request_fingerprint=(
+                    None if request.idempotency_key is None else request.fingerprint()
+                ),
+                actor=actor,
+                now=self.clock.now(),
+            )
+            if run is not None:
+                return run, True
+            # Nothing inserted: there was no such job, or the key is taken (and then the
+            # job is asked for first: a deleted job's key does not answer its old run).
+            if request.idempotency_key is None:
+                raise definitions.not_found(tenant, name)
+            await definitions.get(conn, shard, tenant, name)
+            first = await runs.by_key(conn, shard, tenant, name, request.idempotency_key)
+            if first is None:  # pragma: no cover - the key's run is gone from the history
+                raise RuntimeError("idempotency conflict without a visible row")
+            _same_request(first, request)
+            return first, False
+
+    async def _enqueue_if_not_running(
+        self, tenant: str, name: str, request: EnqueueRequest, actor: str
+    ) -> tuple[Run, bool]:
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
             definition = await definitions.lock(conn, shard, tenant, name, exclusive=False)
@@ -423,37 +467,19 @@ class Jobs:
             return results
 
     async def enqueue_ready(
-        self, tenant: str, name: str, payloads: Sequence[object], actor: str
+        self, tenant: str, name: str, payloads_json: list[bytes | None], actor: str
     ) -> ReadyRuns:
         """Enqueue runs of one job ready now, without keys or times of their own, one
-        per payload (``JOB_PAYLOAD``: the job's), in one transaction of its shard and
-        one statement whatever their number: the plain batch of ``enqueue_many``."""
+        per payload (JSON text, ``null`` for none; None: the job's payload), in one
+        statement whatever their number: the plain batch of ``enqueue_many``."""
         shard = self.shard_of(tenant, name)
-        async with self.database.transaction(shard) as conn:
-            definition = await definitions.lock(conn, shard, tenant, name, exclusive=False)
-            if definition is None:
-                await definitions.get(conn, shard, tenant, name)  # raises NotFound
-                raise AssertionError("unreachable")
-            default = definition.spec.payload
-            default_json = None if default is None else orjson.dumps(default).decode()
-            encoded = [
-                default_json
-                if payload is JOB_PAYLOAD
-                else (None if payload is None else orjson.dumps(payload).decode())
-                for payload in payloads
-            ]
-            ready = await runs.insert_ready(conn, shard, definition, encoded, self.clock.now())
-            await runs.audit(
-                conn,
-                tenant,
-                name,
-                None,
-                "enqueue",
-                actor,
-                {"runs": len(ready.ids)},
-                self.clock.now(),
+        async with self.database.connection(shard) as conn:
+            ready = await runs.insert_ready(
+                conn, shard, tenant, name, payloads_json, actor, self.clock.now()
             )
-            return ready
+        if ready is None:
+            raise definitions.not_found(tenant, name)
+        return ready
 
     async def dead_letters(
         self, tenant: str, job: str | None, cursor: DeadCursor | None, limit: int

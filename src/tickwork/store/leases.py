@@ -35,6 +35,7 @@ from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
 CLAIM: Final = queries.get("claim")
+CLAIM_ONE_HEAD: Final = queries.get("claim_one_head")
 GENERIC_PLAN: Final = queries.get("generic_plan")
 LOCK_JOBS: Final = queries.get("lock_jobs")
 OVER_LIMIT: Final = queries.get("over_limit")
@@ -69,27 +70,8 @@ async def claim(
     if not 1 <= limit <= limits.MAX_LEASE_BATCH:
         raise ValueError(f"limit must be 1..{limits.MAX_LEASE_BATCH}")
     shares = shares or SHARED_PRIORITY_SHARES
-    arguments = (
-        list(queues),
-        limit,
-        worker_id,
-        now,
-        lease_seconds,
-        tenant,
-        shares.passes,
-        shares.weights,
-        shares.seed(),
-    )
-    if getattr(conn, "generic_plans", False):
-        # A ClaimConnection plans generically already: one statement, one round trip.
-        rows = await conn.fetch(CLAIM, *arguments)
-    else:
-        async with conn.transaction():
-            # The claim's plan is the same for every argument (index scans throughout),
-            # but PostgreSQL kept planning it anew: 2-7 ms each time against under a
-            # millisecond to run it (see database.ClaimConnection).
-            await conn.execute(GENERIC_PLAN)
-            rows = await conn.fetch(CLAIM, *arguments)
+    arguments = (list(queues), limit, worker_id, now, lease_seconds, tenant)
+    rows = await _claim_rows(conn, (shard, tuple(queues), tenant), arguments, shares)
     shares.record(row["priority"] for row in rows)
     if any(row["concurrency"] for row in rows):
         rows = await _settle_limits(conn, rows, now)
@@ -116,6 +98,48 @@ async def claim(
         )
         for row in rows
     ]
+
+
+# Per (shard, queues, tenant): whether the last claim found more than one head, so the
+# next one goes straight to the merging claim. Bounded: a key not found costs a probe.
+_MANY_HEADS: dict[tuple[int, tuple[str, ...], str | None], bool] = {}
+_MANY_HEADS_KEPT: Final = 4096
+
+
+async def _claim_rows(
+    conn: Connection,
+    key: tuple[int, tuple[str, ...], str | None],
+    arguments: tuple[Any, ...],
+    shares: fairness.PriorityShares,
+) -> list[asyncpg.Record]:
+    """The leased rows: through ``claim_one_head`` while one head holds all the ready
+    work (the common case of one team's backlog, and every idle poll), else through the
+    merging ``claim``. Each answers how many heads it saw, which picks the next claim's
+    statement; a wrong guess costs one short statement, only when the shape changes."""
+    if not _MANY_HEADS.get(key, False):
+        rows = await _fetch(conn, CLAIM_ONE_HEAD, *arguments)
+        heads = rows[0]["heads"]
+        if heads < 2:
+            return [row for row in rows if row["id"] is not None]
+    rows = await _fetch(conn, CLAIM, *arguments, shares.passes, shares.weights, shares.seed())
+    if len(_MANY_HEADS) >= _MANY_HEADS_KEPT:
+        _MANY_HEADS.clear()
+    _MANY_HEADS[key] = rows[0]["heads"] > 1
+    return [row for row in rows if row["id"] is not None]
+
+
+async def _fetch(conn: Connection, query: str, *arguments: Any) -> list[asyncpg.Record]:
+    if getattr(conn, "generic_plans", False):
+        # A ClaimConnection plans generically already: one statement, one round trip.
+        rows: list[asyncpg.Record] = await conn.fetch(query, *arguments)
+        return rows
+    async with conn.transaction():
+        # The claim's plan is the same for every argument (index scans throughout),
+        # but PostgreSQL kept planning it anew: 2-7 ms each time against under a
+        # millisecond to run it (see database.ClaimConnection).
+        await conn.execute(GENERIC_PLAN)
+        rows = await conn.fetch(query, *arguments)
+    return rows
 
 
 async def _settle_limits(
@@ -340,10 +364,14 @@ async def record_failures(
     return rows
 
 
+# State(value) looks the member up through the enum machinery: a microsecond a run.
+_STATES: Final = {state.value: state for state in State}
+
+
 def _collect(found: dict[tuple[int, int], Completed], rows: Sequence[asyncpg.Record]) -> None:
     for row in rows:
         found[(row["run_id"], row["fencing_token"])] = Completed(
-            row["run_id"], State(row["result_state"]), row["next_attempt_at"]
+            row["run_id"], _STATES[row["result_state"]], row["next_attempt_at"]
         )
 
 

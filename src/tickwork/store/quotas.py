@@ -15,7 +15,6 @@ from tickwork.store.database import Connection
 
 TAKE_ENQUEUE_TOKENS: Final = queries.get("take_enqueue_tokens")
 PENDING_RUNS_OF_TENANT: Final = queries.get("pending_runs_of_tenant")
-ASYNC_COMMIT: Final = queries.get("async_commit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +34,15 @@ async def take_enqueue_tokens(
     ahead: float = 0.0,
 ) -> Take:
     """Take ``runs`` tokens from the tenant's bucket, or ``ahead`` of them when the
-    bucket holds that many (an allowance to admit from locally)."""
-    async with conn.transaction():
-        # Quota bookkeeping needs no durability (a crash at worst forgets a few takes), so
-        # the enqueue does not wait for a second WAL flush.
-        await conn.execute(ASYNC_COMMIT)
-        row = await conn.fetchrow(
-            TAKE_ENQUEUE_TOKENS, tenant, float(runs), rate, burst, now, float(ahead)
-        )
+    bucket holds that many (an allowance to admit from locally): one statement, which
+    commits without waiting for its WAL flush, so the enqueue waits for one flush (its
+    own), not two. Outside a transaction only: inside one, the setting would relax the
+    caller's commit."""
+    if conn.is_in_transaction():
+        raise RuntimeError("take_enqueue_tokens commits on its own: call it outside a transaction")
+    row = await conn.fetchrow(
+        TAKE_ENQUEUE_TOKENS, tenant, float(runs), rate, burst, now, float(ahead)
+    )
     assert row is not None
     return Take(row["admitted"], float(row["tokens"]), float(row["taken"]))
 

@@ -13,7 +13,6 @@ from tickwork.core.records import (
     PENDING,
     UNRESTRICTED,
     Attempt,
-    Definition,
     JobRunSummary,
     NewRun,
     ReadyRuns,
@@ -46,6 +45,7 @@ RECORD_AUDIT: Final = queries.get("record_audit")
 NOTIFY_READY: Final = queries.get("notify_ready")
 SET_DRY_RUN: Final = queries.get("set_dry_run")
 INSERT_READY_RUNS: Final = queries.get("insert_ready_runs")
+ENQUEUE_RUN: Final = queries.get("enqueue_run")
 
 
 async def insert(
@@ -154,41 +154,74 @@ async def insert_many(
 async def insert_ready(
     conn: Connection,
     shard: int,
-    definition: Definition,
-    payloads_json: list[str | None],
+    tenant: str,
+    job: str,
+    payloads_json: list[bytes | None],
+    actor: str,
     now: datetime | None = None,
-) -> ReadyRuns:
-    """Runs of ``definition``, ready now, one per payload (JSON text, None for none), in
-    one statement; long-polling workers are woken when the transaction commits."""
-    spec = definition.spec
+) -> ReadyRuns | None:
+    """Runs of the job, ready now, one per payload (JSON text, ``null`` for none; None:
+    the job's payload), in one statement (one round trip, no transaction around it)
+    that reads the definition, records one audit entry and wakes long-polling workers
+    at its commit. None when the job does not exist."""
+    # One JSON array for all: one parameter to encode and to send, however many runs.
+    array = b"[" + b",".join(b"null" if p is None else p for p in payloads_json) + b"]"
+    job_payload_at = [n for n, p in enumerate(payloads_json, 1) if p is None]
     row = await conn.fetchrow(
-        INSERT_READY_RUNS,
-        definition.tenant,
-        definition.name,
-        spec.queue,
-        spec.priority.rank,
-        spec.retry.max_attempts,
-        spec.retry.base_seconds,
-        spec.retry.max_seconds,
-        spec.timeout_seconds,
-        spec.concurrency,
-        spec.dry_run,
-        payloads_json,
-        now,
+        INSERT_READY_RUNS, tenant, job, array.decode(), job_payload_at, now, actor
     )
-    assert row is not None
-    await notify_ready(conn, [spec.queue])
+    if row is None:
+        return None
+    default = None if row["payload"] is None else row["payload"].encode()
     return ReadyRuns(
         shard=shard,
-        tenant=definition.tenant,
-        job=definition.name,
-        queue=spec.queue,
-        priority=spec.priority.rank,
-        max_attempts=spec.retry.max_attempts,
+        tenant=tenant,
+        job=job,
+        queue=row["queue"],
+        priority=row["priority"],
+        max_attempts=row["max_attempts"],
         created_at=row["now"],
         ids=list(row["ids"]),
-        payloads_json=payloads_json,
+        payloads_json=[
+            default if p is None else (None if p == b"null" else p) for p in payloads_json
+        ],
     )
+
+
+async def enqueue(
+    conn: Connection,
+    shard: int,
+    tenant: str,
+    job: str,
+    *,
+    run_at: datetime | None,
+    delay_seconds: float | None,
+    payload_json: str | None,
+    payload_given: bool,
+    priority: int | None,
+    idempotency_key: str | None,
+    request_fingerprint: bytes | None,
+    actor: str,
+    now: datetime | None = None,
+) -> Run | None:
+    """One run of the job (``enqueue_run``): in one statement, definition read, key
+    claimed, audit entry and wake-up included. None when nothing was inserted: the job
+    does not exist or the idempotency key is taken."""
+    row = await conn.fetchrow(
+        ENQUEUE_RUN,
+        tenant,
+        job,
+        run_at,
+        delay_seconds,
+        payload_json,
+        payload_given,
+        priority,
+        idempotency_key,
+        request_fingerprint,
+        now,
+        actor,
+    )
+    return None if row is None else Run.from_record(shard, row)
 
 
 async def notify_ready(conn: Connection, queues: list[str]) -> None:

@@ -13,6 +13,7 @@
 -- migration 0009_audit_by_age
 -- migration 0010_reshard
 -- migration 0011_hot_path
+-- migration 0012_lease_indexes
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -217,9 +218,9 @@ ALTER TABLE live_runs ADD CONSTRAINT live_runs_origin_check CHECK ((origin = ANY
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_pkey PRIMARY KEY (id);
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_priority_check CHECK (((priority >= 0) AND (priority <= 2)));
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'ready'::text, 'leased'::text, 'retry_wait'::text])));
-CREATE INDEX live_runs_by_job ON live_runs USING btree (tenant, job, id DESC);
+CREATE INDEX live_runs_by_job ON live_runs USING btree (tenant, job, id DESC) WHERE (state <> 'leased'::text);
 CREATE INDEX live_runs_claimable ON live_runs USING btree (queue, priority, tenant, ready_at, id) WHERE ((state = 'ready'::text) AND (concurrency = 0));
-CREATE INDEX live_runs_leased ON live_runs USING btree (tenant) WHERE (state = 'leased'::text);
+CREATE INDEX live_runs_leased ON live_runs USING btree (tenant, job, id DESC) WHERE (state = 'leased'::text);
 CREATE INDEX live_runs_limited ON live_runs USING btree (queue, priority, tenant, job, ready_at, id) WHERE ((state = 'ready'::text) AND (concurrency > 0));
 CREATE INDEX live_runs_limited_leased ON live_runs USING btree (tenant, job) WHERE ((state = 'leased'::text) AND (concurrency > 0));
 CREATE UNIQUE INDEX live_runs_pkey ON live_runs USING btree (id);
@@ -378,6 +379,39 @@ CREATE VIEW runs AS SELECT live_runs.id,
     live_runs.concurrency,
     live_runs.request_fingerprint
    FROM live_runs
+  WHERE (live_runs.state <> 'leased'::text)
+UNION ALL
+ SELECT live_runs.id,
+    live_runs.tenant,
+    live_runs.job,
+    live_runs.queue,
+    live_runs.priority,
+    live_runs.state,
+    live_runs.origin,
+    live_runs.attempt,
+    live_runs.max_attempts,
+    live_runs.retry_base,
+    live_runs.retry_max,
+    live_runs.timeout_seconds,
+    live_runs.due_at,
+    live_runs.ready_at,
+    live_runs.start_deadline,
+    live_runs.idempotency_key,
+    live_runs.payload,
+    live_runs.fencing_token,
+    live_runs.lease_owner,
+    live_runs.leased_at,
+    live_runs.lease_expires_at,
+    live_runs.deadline,
+    live_runs.cancel_requested,
+    live_runs.last_error,
+    live_runs.created_at,
+    live_runs.updated_at,
+    live_runs.finished_at,
+    live_runs.concurrency,
+    live_runs.request_fingerprint
+   FROM live_runs
+  WHERE (live_runs.state = 'leased'::text)
 UNION ALL
  SELECT finished_runs.id,
     finished_runs.tenant,

@@ -100,8 +100,16 @@ LEFT JOIN LATERAL (
 ) AS waiting ON true
 LEFT JOIN LATERAL (
     SELECT c.due_at, c.state
+    -- The live runs in the two parts their indexes hold (live_runs_by_job leaves the
+    -- leased ones to live_runs_leased).
     FROM ((SELECT r.due_at, r.state, r.id FROM live_runs AS r
-           WHERE r.tenant = j.tenant AND r.job = j.name AND r.state <> 'scheduled'
+           WHERE r.tenant = j.tenant AND r.job = j.name
+             AND r.state <> 'scheduled' AND r.state <> 'leased'
+           ORDER BY r.due_at DESC, r.id DESC
+           LIMIT 1)
+          UNION ALL
+          (SELECT r.due_at, r.state, r.id FROM live_runs AS r
+           WHERE r.tenant = j.tenant AND r.job = j.name AND r.state = 'leased'
            ORDER BY r.due_at DESC, r.id DESC
            LIMIT 1)
           UNION ALL

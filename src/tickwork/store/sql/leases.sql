@@ -120,6 +120,8 @@ WITH RECURSIVE heads AS (
             FROM (SELECT 1
                   FROM live_runs AS l
                   WHERE l.state = 'leased' AND l.tenant = c.tenant
+                  -- The index's order (live_runs_leased), as in sources.
+                  ORDER BY l.job, l.id DESC
                   LIMIT 4 * $2) AS held) AS leased
     FROM (SELECT DISTINCT tenant
           FROM contenders
@@ -197,7 +199,98 @@ WITH RECURSIVE heads AS (
     SELECT DISTINCT tenant, job FROM leased
     ON CONFLICT DO NOTHING
 )
-SELECT * FROM leased
+-- Always one row at least (the leased columns NULL when nothing was leased): `heads` is
+-- 1 when claim_one_head would have served this claim (one head, no limited job), more
+-- otherwise.
+SELECT leased.*, shape.heads
+FROM (SELECT (SELECT count(*) FROM heads)::integer
+             + CASE WHEN EXISTS (SELECT FROM limited_heads) THEN 2 ELSE 0 END AS heads)
+     AS shape
+LEFT JOIN leased ON true
+
+-- name: claim_one_head
+-- The claim when one head holds all the ready work ($1-$6 as in claim): one tenant of
+-- one priority in the queues, no limited job. The batch is that head's oldest ready
+-- runs, as the claim would choose, without its merging stages: it is that planning
+-- and executor set-up of a dozen stages that made a claim of one run cost milliseconds.
+-- Always one row at least: `heads` is 0 (nothing ready), 1 (this claim applied: the
+-- other columns are NULL when it leased nothing) or 2 (several heads, or a limited job:
+-- nothing was leased, the caller runs the claim).
+WITH RECURSIVE heads AS (
+    (SELECT q.queue, h.priority, h.tenant
+     FROM unnest($1::text[]) AS q(queue)
+     CROSS JOIN LATERAL (
+         SELECT r.priority, r.tenant
+         FROM live_runs AS r
+         WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = q.queue
+           AND ($6::text IS NULL OR r.tenant = $6)
+         ORDER BY r.priority, r.tenant
+         LIMIT 1) AS h)
+    UNION ALL
+    SELECT heads.queue, n.priority, n.tenant
+    FROM heads
+    CROSS JOIN LATERAL (
+        SELECT r.priority, r.tenant
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = heads.queue
+          AND ($6::text IS NULL OR r.tenant = $6)
+          AND (r.priority, r.tenant) > (heads.priority, heads.tenant)
+        ORDER BY r.priority, r.tenant
+        LIMIT 1) AS n
+), first_two AS (
+    -- The recursion stops at the second head.
+    SELECT * FROM heads LIMIT 2
+), probe AS (
+    SELECT CASE WHEN EXISTS (SELECT
+                             FROM unnest($1::text[]) AS q(queue)
+                             CROSS JOIN LATERAL (
+                                 SELECT
+                                 FROM live_runs AS r
+                                 WHERE r.state = 'ready' AND r.concurrency > 0
+                                   AND r.queue = q.queue
+                                   AND ($6::text IS NULL OR r.tenant = $6)
+                                 LIMIT 1) AS l)
+                THEN 2
+                ELSE (SELECT count(*) FROM first_two)::integer END AS heads
+), picked AS (
+    SELECT p.id
+    FROM first_two AS h
+    CROSS JOIN LATERAL (
+        SELECT r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
+          AND r.priority = h.priority AND r.tenant = h.tenant
+        ORDER BY r.ready_at, r.id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED) AS p
+    WHERE (SELECT heads FROM probe) = 1
+), clock AS (
+    SELECT coalesce($4::timestamptz, now()) AS now
+), leased AS (
+    UPDATE live_runs AS r
+    SET state = 'leased',
+        attempt = r.attempt + 1,
+        fencing_token = nextval('fencing_tokens'),
+        lease_owner = $3,
+        leased_at = clock.now,
+        deadline = clock.now + make_interval(secs => r.timeout_seconds),
+        lease_expires_at = least(
+            clock.now + make_interval(secs => $5::double precision),
+            clock.now + make_interval(secs => r.timeout_seconds)),
+        updated_at = clock.now
+    FROM clock
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
+              r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
+              r.lease_expires_at, r.deadline, r.payload, r.concurrency, r.dry_run
+), marked AS (
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM leased
+    ON CONFLICT DO NOTHING
+)
+SELECT leased.*, probe.heads
+FROM probe
+LEFT JOIN leased ON true
 
 -- name: lock_jobs
 -- Serialise the limit check of these jobs ($1: 'tenant/job' keys, sorted by the caller
@@ -382,8 +475,10 @@ WITH released AS (
 SELECT queue FROM released
 
 -- name: generic_plan
--- The claim's plan is the same for every argument: see leases.claim.
-SET LOCAL plan_cache_mode TO force_generic_plan
+-- The claim's plan is the same for every argument, and groups by sorting: see
+-- leases.claim and database.claim_settings.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_hashagg', 'off', true)
 
 -- name: run_state
 SELECT state, tenant, queue FROM runs WHERE id = $1

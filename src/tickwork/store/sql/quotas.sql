@@ -5,9 +5,13 @@
 -- then take $6 tokens (an allowance ahead, never less than $2) if they are there, else
 -- $2 (the call's own runs) if those are; a refused take takes nothing. One statement,
 -- so concurrent takes from several dispatchers queue on the row and never overdraw.
--- `taken` is what this take got.
+-- `taken` is what this take got. Quota bookkeeping needs no durability (a crash at
+-- worst forgets a few takes): the statement's own transaction commits without waiting
+-- for its WAL flush (the setting lasts until that commit), in one round trip.
 WITH clock AS (
     SELECT coalesce($5::timestamptz, clock_timestamp()) AS now
+), relaxed AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
 ), fresh AS (
     -- A new bucket holds the burst.
     SELECT CASE WHEN greatest($2::double precision, $6::double precision)
@@ -18,7 +22,7 @@ WITH clock AS (
 )
 INSERT INTO enqueue_buckets AS b (tenant, tokens, at, admitted, taken)
 SELECT $1::text, $4 - fresh.take, clock.now, fresh.take > 0, fresh.take
-FROM clock, fresh
+FROM clock, fresh, relaxed
 ON CONFLICT (tenant) DO UPDATE
 SET tokens = least($4, b.tokens + greatest(0, extract(epoch FROM excluded.at - b.at)) * $3)
              - CASE WHEN least($4, b.tokens + greatest(0, extract(epoch FROM excluded.at - b.at))
@@ -47,7 +51,3 @@ FROM (SELECT 1
       FROM live_runs
       WHERE tenant = $1 AND state IN ('scheduled', 'ready', 'retry_wait')
       LIMIT $2) AS pending
-
--- name: async_commit
--- Quota bookkeeping needs no durability: see quotas.take_enqueue_tokens.
-SET LOCAL synchronous_commit TO off

@@ -4,6 +4,9 @@
 -- the source in the source's transaction, which records where its runs went
 -- (moved_runs). Both steps may be repeated: a copy first clears what an interrupted
 -- earlier copy of the job left behind.
+-- A job's live runs are indexed in two parts, live_runs_by_job (not leased) and
+-- live_runs_leased: `(state <> 'leased' OR state = 'leased')`, true of every row, lets
+-- the planner read the job's runs through both (a BitmapOr) rather than the whole table.
 
 -- name: reshard_next_job
 -- The next job identity after ($1, $2) that has anything on this shard, in (tenant,
@@ -14,8 +17,12 @@ FROM (
     (SELECT tenant, name AS job FROM definitions
      WHERE (tenant, name) > ($1, $2) ORDER BY tenant, name LIMIT 1)
     UNION ALL
+    -- live_runs in the two parts its indexes by job hold (leased runs apart).
     (SELECT tenant, job FROM live_runs
-     WHERE (tenant, job) > ($1, $2) ORDER BY tenant, job LIMIT 1)
+     WHERE (tenant, job) > ($1, $2) AND state <> 'leased' ORDER BY tenant, job LIMIT 1)
+    UNION ALL
+    (SELECT tenant, job FROM live_runs
+     WHERE (tenant, job) > ($1, $2) AND state = 'leased' ORDER BY tenant, job LIMIT 1)
     UNION ALL
     (SELECT tenant, job FROM finished_runs
      WHERE (tenant, job) > ($1, $2) ORDER BY tenant, job LIMIT 1)
@@ -35,7 +42,9 @@ LIMIT 1
 -- name: reshard_job_size
 -- What a job holds on this shard (the dry run's figures, and the move's).
 SELECT (SELECT count(*) FROM definitions WHERE tenant = $1 AND name = $2) AS definitions,
-       (SELECT count(*) FROM live_runs WHERE tenant = $1 AND job = $2) AS live_runs,
+       (SELECT count(*) FROM live_runs WHERE tenant = $1 AND job = $2 AND state <> 'leased')
+       + (SELECT count(*) FROM live_runs WHERE tenant = $1 AND job = $2 AND state = 'leased')
+           AS live_runs,
        (SELECT count(*) FROM finished_runs WHERE tenant = $1 AND job = $2) AS finished_runs
 
 -- name: reshard_lock_job
@@ -48,13 +57,15 @@ WHERE tenant = $1 AND name = $2
 FOR UPDATE
 
 -- name: reshard_lock_job_runs
-SELECT id FROM live_runs WHERE tenant = $1 AND job = $2 FOR UPDATE
+SELECT id FROM live_runs WHERE tenant = $1 AND job = $2
+  AND (state <> 'leased' OR state = 'leased') FOR UPDATE
 
 -- name: reshard_copy_definitions
 SELECT * FROM definitions WHERE tenant = $1 AND name = $2
 
 -- name: reshard_copy_live_runs
 SELECT * FROM live_runs WHERE tenant = $1 AND job = $2
+  AND (state <> 'leased' OR state = 'leased')
 
 -- name: reshard_copy_finished_runs
 SELECT * FROM finished_runs WHERE tenant = $1 AND job = $2
@@ -63,6 +74,7 @@ SELECT * FROM finished_runs WHERE tenant = $1 AND job = $2
 SELECT *
 FROM attempts
 WHERE run_id IN (SELECT id FROM live_runs WHERE tenant = $1 AND job = $2
+                   AND (state <> 'leased' OR state = 'leased')
                  UNION ALL
                  SELECT id FROM finished_runs WHERE tenant = $1 AND job = $2)
 
@@ -76,7 +88,9 @@ SELECT * FROM audit_log WHERE tenant = $1 AND job = $2
 -- On the new shard, before a copy: whatever an interrupted earlier copy of the job
 -- left (nothing else of the job can be there: no role runs during a reshard).
 WITH live AS (
-    DELETE FROM live_runs WHERE tenant = $1 AND job = $2 RETURNING id
+    DELETE FROM live_runs WHERE tenant = $1 AND job = $2
+        AND (state <> 'leased' OR state = 'leased')
+    RETURNING id
 ), finished AS (
     DELETE FROM finished_runs WHERE tenant = $1 AND job = $2 RETURNING id
 ), attempt_rows AS (
@@ -103,7 +117,9 @@ INSERT INTO changed_jobs (tenant, job) VALUES ($1, $2) ON CONFLICT DO NOTHING
 -- On the source, after the copy committed: the job's rows go, and each of its runs
 -- leaves a forwarding row to the shard $3 that now holds it. Returns the runs moved.
 WITH live AS (
-    DELETE FROM live_runs WHERE tenant = $1 AND job = $2 RETURNING id
+    DELETE FROM live_runs WHERE tenant = $1 AND job = $2
+        AND (state <> 'leased' OR state = 'leased')
+    RETURNING id
 ), finished AS (
     DELETE FROM finished_runs WHERE tenant = $1 AND job = $2 RETURNING id
 ), moved AS (

@@ -242,28 +242,133 @@ WHERE tenant = $1 AND job = $2
   AND dry_run <> $3
 
 -- name: insert_ready_runs
--- The common batch: runs of one job, ready now, without idempotency keys or times of
--- their own. The job's fields once, the payloads as one array ($11), ids drawn in the
--- payloads' order and answered in it; no row read back. $1 tenant, $2 job, $3 queue,
--- $4 priority, $5-$8 max attempts, retry base and cap, timeout, $9 concurrency,
--- $10 dry run, $12 now (NULL: the database's).
+-- The common batch, in one statement and so one round trip (no BEGIN, no COMMIT): runs
+-- of one job, ready now, without idempotency keys or times of their own. The job's
+-- definition is read (and held FOR SHARE, so a concurrent delete cannot orphan a run)
+-- in the statement, its fields taken from the stored spec (the defaults of JobSpec for
+-- a field an older document lacks); no definition, no row. $3: the payloads, one JSON
+-- array (null: none), $4 the positions (from 1) of the runs that take the job's
+-- payload instead; ids drawn in the payloads' order and answered in it, no row read
+-- back. $5 now (NULL: the database's), $6 who enqueues: one audit entry for the call,
+-- the changed-jobs mark and the wake-up of long-polling workers ride along.
 WITH clock AS (
-    SELECT coalesce($12::timestamptz, now()) AS now
+    SELECT coalesce($5::timestamptz, now()) AS now
+), definition AS (
+    SELECT tenant, name, queue, priority, spec
+    FROM definitions
+    WHERE tenant = $1 AND name = $2
+    FOR SHARE
+), job AS (
+    SELECT tenant, name, queue, priority,
+           coalesce((spec #>> '{retry,maxAttempts}')::integer, 3) AS max_attempts,
+           coalesce((spec #>> '{retry,baseSeconds}')::double precision, 30) AS retry_base,
+           coalesce((spec #>> '{retry,maxSeconds}')::double precision, 1800) AS retry_max,
+           coalesce((spec ->> 'timeoutSeconds')::integer, 3600) AS timeout_seconds,
+           coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
+           coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
+           spec -> 'payload' AS payload
+    FROM definition
 ), new AS (
     SELECT nextval('run_ids') AS id, p.payload, p.n
-    FROM unnest($11::jsonb[]) WITH ORDINALITY AS p(payload, n)
+    FROM job, jsonb_array_elements($3::jsonb) WITH ORDINALITY AS p(payload, n)
 ), inserted AS (
     INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
                            retry_base, retry_max, timeout_seconds, due_at, ready_at,
                            payload, created_at, updated_at, concurrency, dry_run)
-    SELECT new.id, $1, $2, $3, $4, 'ready', 'api', $5, $6, $7, $8, clock.now, clock.now,
-           new.payload, clock.now, clock.now, $9, $10
-    FROM new, clock
+    SELECT new.id, job.tenant, job.name, job.queue, job.priority, 'ready', 'api',
+           job.max_attempts, job.retry_base, job.retry_max, job.timeout_seconds,
+           clock.now, clock.now,
+           CASE WHEN new.n = ANY($4::bigint[]) THEN job.payload
+                ELSE nullif(new.payload, 'null'::jsonb) END,
+           clock.now, clock.now, job.concurrency, job.dry_run
+    FROM new, job, clock
     ORDER BY new.id
 ), marked AS (
     -- Status: this job's runs changed (nothing written when it is already in the set).
-    INSERT INTO changed_jobs (tenant, job) VALUES ($1, $2)
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT tenant, name FROM job
     ON CONFLICT DO NOTHING
+), audited AS (
+    INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
+    SELECT clock.now, job.tenant, job.name, NULL, 'enqueue', $6::text,
+           jsonb_build_object('runs', (SELECT count(*) FROM new))
+    FROM job, clock
+), notified AS (
+    -- Delivered at commit; the payload names the shard's schema (see notify_ready).
+    SELECT pg_notify('tickwork_ready', current_schema() || ' ' || queue) AS sent FROM job
 )
-SELECT (SELECT now FROM clock) AS now, array_agg(id ORDER BY n) AS ids
-FROM new
+SELECT job.queue, job.priority, job.max_attempts, job.payload::text AS payload,
+       clock.now, (SELECT array_agg(id ORDER BY n) FROM new) AS ids
+FROM job, clock, notified
+
+-- name: enqueue_run
+-- One run of a job, in one statement and so one round trip: the definition read (FOR
+-- SHARE) and its fields taken from the stored spec as insert_ready_runs does, the
+-- idempotency key claimed, the run inserted, the job marked changed, the audit entry
+-- written and long-polling workers woken at commit. No row when the job does not exist
+-- or the key is taken (the caller tells which). $3 runAt, $4 delaySeconds (the ready
+-- time: the later of runAt and now, or now plus the delay, or now), $5 the payload's
+-- JSON text and $6 whether one was given (else the job's), $7 a priority rank over the
+-- job's, $8 the idempotency key and $9 the request's fingerprint, $10 now (NULL: the
+-- database's), $11 who enqueues.
+WITH clock AS (
+    SELECT coalesce($10::timestamptz, now()) AS now
+), definition AS (
+    SELECT tenant, name, queue, priority, spec
+    FROM definitions
+    WHERE tenant = $1 AND name = $2
+    FOR SHARE
+), job AS (
+    SELECT tenant, name, queue, priority,
+           coalesce((spec #>> '{retry,maxAttempts}')::integer, 3) AS max_attempts,
+           coalesce((spec #>> '{retry,baseSeconds}')::double precision, 30) AS retry_base,
+           coalesce((spec #>> '{retry,maxSeconds}')::double precision, 1800) AS retry_max,
+           coalesce((spec ->> 'timeoutSeconds')::integer, 3600) AS timeout_seconds,
+           coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
+           coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
+           spec -> 'payload' AS payload
+    FROM definition
+), new AS (
+    SELECT nextval('run_ids') AS id,
+           CASE WHEN $3::timestamptz IS NOT NULL THEN greatest($3::timestamptz, clock.now)
+                WHEN $4::double precision IS NOT NULL
+                    THEN clock.now + make_interval(secs => $4::double precision)
+                ELSE clock.now END AS ready_at
+    FROM job, clock
+), claimed_key AS (
+    INSERT INTO run_keys (tenant, job, idempotency_key, run_id, created_at)
+    SELECT $1, $2, $8, new.id, clock.now
+    FROM new, clock
+    WHERE $8::text IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+), inserted AS (
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           idempotency_key, payload, created_at, updated_at, concurrency,
+                           request_fingerprint, dry_run)
+    SELECT new.id, job.tenant, job.name, job.queue, coalesce($7::smallint, job.priority),
+           CASE WHEN new.ready_at <= clock.now THEN 'ready' ELSE 'scheduled' END, 'api',
+           job.max_attempts, job.retry_base, job.retry_max, job.timeout_seconds,
+           new.ready_at, new.ready_at, $8::text,
+           CASE WHEN $6::boolean THEN $5::jsonb ELSE job.payload END,
+           clock.now, clock.now, job.concurrency, $9::bytea, job.dry_run
+    FROM new, job, clock
+    WHERE $8::text IS NULL OR EXISTS (SELECT 1 FROM claimed_key)
+    RETURNING *
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM inserted
+    ON CONFLICT DO NOTHING
+), audited AS (
+    INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
+    SELECT clock.now, inserted.tenant, inserted.job, inserted.id, 'enqueue', $11::text, NULL
+    FROM inserted, clock
+), notified AS (
+    -- One row whatever it counts: joined below so that it runs.
+    SELECT count(pg_notify('tickwork_ready', current_schema() || ' ' || queue)) AS sent
+    FROM inserted
+    WHERE state = 'ready'
+)
+SELECT inserted.* FROM inserted, notified
