@@ -82,7 +82,7 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "shard_lease",
         "shard_meta",
     }
-    assert set(VIEW.findall(canonical)) == {"runs", "run_attempts"}
+    assert set(VIEW.findall(canonical)) == {"runs", "run_attempts", "definition_run_fields"}
     index_names = set(INDEX.findall(canonical))
     assert {
         "live_runs_claimable",

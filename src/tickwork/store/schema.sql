@@ -14,6 +14,7 @@
 -- migration 0010_reshard
 -- migration 0011_hot_path
 -- migration 0012_lease_indexes
+-- migration 0013_definition_run_fields
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -321,6 +322,19 @@ ALTER TABLE shard_meta ADD CONSTRAINT shard_meta_pkey PRIMARY KEY (singleton);
 ALTER TABLE shard_meta ADD CONSTRAINT shard_meta_shard_check CHECK ((shard >= 0));
 ALTER TABLE shard_meta ADD CONSTRAINT shard_meta_singleton_check CHECK (singleton);
 CREATE UNIQUE INDEX shard_meta_pkey ON shard_meta USING btree (singleton);
+
+CREATE VIEW definition_run_fields AS SELECT tenant,
+    name,
+    queue,
+    priority,
+    COALESCE(((spec #>> '{retry,maxAttempts}'::text[]))::integer, 3) AS max_attempts,
+    COALESCE(((spec #>> '{retry,baseSeconds}'::text[]))::double precision, (30)::double precision) AS retry_base,
+    COALESCE(((spec #>> '{retry,maxSeconds}'::text[]))::double precision, (1800)::double precision) AS retry_max,
+    COALESCE(((spec ->> 'timeoutSeconds'::text))::integer, 3600) AS timeout_seconds,
+    COALESCE(((spec ->> 'concurrency'::text))::integer, 0) AS concurrency,
+    COALESCE(((spec ->> 'dryRun'::text))::boolean, false) AS dry_run,
+    (spec -> 'payload'::text) AS payload
+   FROM definitions;
 
 CREATE VIEW run_attempts AS SELECT attempts.run_id,
     attempts.attempt,

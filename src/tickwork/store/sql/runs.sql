@@ -245,29 +245,19 @@ WHERE tenant = $1 AND job = $2
 -- The common batch, in one statement and so one round trip (no BEGIN, no COMMIT): runs
 -- of one job, ready now, without idempotency keys or times of their own. The job's
 -- definition is read (and held FOR SHARE, so a concurrent delete cannot orphan a run)
--- in the statement, its fields taken from the stored spec (the defaults of JobSpec for
--- a field an older document lacks); no definition, no row. $3: the payloads, one JSON
+-- in the statement, its fields taken from the stored spec (`definition_run_fields`:
+-- JobSpec's defaults for a field an older document lacks); no definition, no row. $3: the payloads, one JSON
 -- array (null: none), $4 the positions (from 1) of the runs that take the job's
 -- payload instead; ids drawn in the payloads' order and answered in it, no row read
 -- back. $5 now (NULL: the database's), $6 who enqueues: one audit entry for the call,
 -- the changed-jobs mark and the wake-up of long-polling workers ride along.
 WITH clock AS (
     SELECT coalesce($5::timestamptz, now()) AS now
-), definition AS (
-    SELECT tenant, name, queue, priority, spec
-    FROM definitions
+), job AS (
+    SELECT *
+    FROM definition_run_fields
     WHERE tenant = $1 AND name = $2
     FOR SHARE
-), job AS (
-    SELECT tenant, name, queue, priority,
-           coalesce((spec #>> '{retry,maxAttempts}')::integer, 3) AS max_attempts,
-           coalesce((spec #>> '{retry,baseSeconds}')::double precision, 30) AS retry_base,
-           coalesce((spec #>> '{retry,maxSeconds}')::double precision, 1800) AS retry_max,
-           coalesce((spec ->> 'timeoutSeconds')::integer, 3600) AS timeout_seconds,
-           coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
-           coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
-           spec -> 'payload' AS payload
-    FROM definition
 ), new AS (
     SELECT nextval('run_ids') AS id, p.payload, p.n
     FROM job, jsonb_array_elements($3::jsonb) WITH ORDINALITY AS p(payload, n)
@@ -313,21 +303,11 @@ FROM job, clock, notified
 -- database's), $11 who enqueues.
 WITH clock AS (
     SELECT coalesce($10::timestamptz, now()) AS now
-), definition AS (
-    SELECT tenant, name, queue, priority, spec
-    FROM definitions
+), job AS (
+    SELECT *
+    FROM definition_run_fields
     WHERE tenant = $1 AND name = $2
     FOR SHARE
-), job AS (
-    SELECT tenant, name, queue, priority,
-           coalesce((spec #>> '{retry,maxAttempts}')::integer, 3) AS max_attempts,
-           coalesce((spec #>> '{retry,baseSeconds}')::double precision, 30) AS retry_base,
-           coalesce((spec #>> '{retry,maxSeconds}')::double precision, 1800) AS retry_max,
-           coalesce((spec ->> 'timeoutSeconds')::integer, 3600) AS timeout_seconds,
-           coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
-           coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
-           spec -> 'payload' AS payload
-    FROM definition
 ), new AS (
     SELECT nextval('run_ids') AS id,
            CASE WHEN $3::timestamptz IS NOT NULL THEN greatest($3::timestamptz, clock.now)
