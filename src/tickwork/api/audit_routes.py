@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from tickwork.api import auth, models, render, responses
 from tickwork.api.auth import Principal, Role
-from tickwork.api.services import Services, principal, services
+from tickwork.api.services import Services, principal, services_dependency
 from tickwork.core import limits
 from tickwork.core.errors import InvalidRequest
 from tickwork.core.spec import check_name
@@ -30,7 +30,7 @@ router = APIRouter(prefix="/v1")
 )
 async def list_audit(
     caller: Annotated[Principal, Depends(principal)],
-    svc: Annotated[Services, Depends(services)],
+    svc: Annotated[Services, Depends(services_dependency)],
     job: Annotated[str | None, Query(description="Only this job's entries.")] = None,
     cursor: Annotated[str | None, Query(description="nextCursor of the previous page.")] = None,
     limit: Annotated[
