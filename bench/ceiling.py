@@ -63,6 +63,13 @@ SELECT 1, now(), 0, p FROM unnest($1::jsonb[]) AS p
 
 async def claim_complete(url: str, seconds: float) -> float:
     """Runs/s of the raw loop, over a table filled to last about ``seconds``."""
+    rate, _start, _end = await claim_complete_window(url, seconds)
+    return rate
+
+
+async def claim_complete_window(url: str, seconds: float) -> tuple[float, float, float]:
+    """``claim_complete``'s rate, and the wall-clock times (``time.time()``) its loops
+    ran between, setup left out (for ``bench.cpu``)."""
     setup = await asyncpg.connect(url)
     try:
         await setup.execute(SETUP)
@@ -85,9 +92,10 @@ async def claim_complete(url: str, seconds: float) -> float:
             await conn.close()
         return done
 
+    began = time.time()
     started = time.perf_counter()
     counts = await asyncio.gather(*(loop(started + seconds) for _ in range(CONNECTIONS)))
-    return sum(counts) / (time.perf_counter() - started)
+    return sum(counts) / (time.perf_counter() - started), began, time.time()
 
 
 async def enqueue(url: str, seconds: float, connections: int = 2) -> float:

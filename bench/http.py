@@ -26,6 +26,7 @@ import contextlib
 import multiprocessing
 import os
 import secrets
+import shutil
 import socket
 import statistics
 import subprocess
@@ -34,13 +35,13 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import asyncpg
 import orjson
 
-from bench import Context, Row, Table, ceiling, register
+from bench import Context, Row, Table, ceiling, cpu, register
 from bench.materialiser import scaled
 from tickwork.core.shards import ShardMap
 from tickwork.store import database
@@ -103,6 +104,19 @@ def dispatcher(database_url: str) -> Iterator[str]:
     """A ``tickwork dispatcher`` process on 127.0.0.1 (quotas out of the way); yields
     its URL."""
     folder = Path(tempfile.mkdtemp(prefix="tickwork-bench-"))
+    try:
+        with _dispatcher_in(folder, database_url) as url:
+            yield url
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# The PID of each running bench dispatcher, by URL (for bench.cpu).
+DISPATCHERS: dict[str, int] = {}
+
+
+@contextlib.contextmanager
+def _dispatcher_in(folder: Path, database_url: str) -> Iterator[str]:
     tokens = folder / "tokens.yaml"
     tokens.write_text(TOKENS)
     port = _free_port()
@@ -130,6 +144,7 @@ def dispatcher(database_url: str) -> Iterator[str]:
         env={**os.environ, "TICKWORK_DATABASE_URL": database_url, "TICKWORK_LOG_LEVEL": "WARNING"},
     )
     url = f"http://127.0.0.1:{port}"
+    DISPATCHERS[url] = process.pid
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -142,6 +157,7 @@ def dispatcher(database_url: str) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
+        DISPATCHERS.pop(url, None)
         process.terminate()
         process.wait(timeout=20)
 
@@ -192,7 +208,9 @@ async def preload(
 
 async def _sdk_rate(
     url: str, concurrency: int, seconds: float, token: str = WORKER, queue: str = QUEUE
-) -> int:
+) -> tuple[int, float, float]:
+    """Runs completed in ``seconds`` after a warm-up, and the wall-clock times
+    (``time.time()``) the count ran between."""
     done = 0
 
     def count(result: RunResult) -> None:
@@ -213,34 +231,62 @@ async def _sdk_rate(
     task = asyncio.create_task(worker.run())
     await asyncio.sleep(0.5)  # warm up: connections, first batches
     before = done
+    began = time.time()
     await asyncio.sleep(seconds)
     counted = done - before
+    ended = time.time()
     worker.stop(force=True)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(task, 30)
-    return counted
+    return counted, began, ended
 
 
-def _sdk_process(args: tuple[Any, ...]) -> int:
+def _sdk_process(args: tuple[Any, ...]) -> tuple[int, float, float]:
     return asyncio.run(_sdk_rate(*args))
 
 
-def sdk_rate(url: str, concurrency: int, processes: int, seconds: float) -> float:
+def sdk_rate(
+    url: str, concurrency: int, processes: int, seconds: float
+) -> tuple[float, float, float]:
+    """Runs/s of ``processes`` worker processes together, and the window (wall-clock)
+    in which all of them were counting."""
     # The token goes along: a spawned process draws its own random ones at import.
     context = multiprocessing.get_context("spawn")
     with context.Pool(processes) as pool:
-        counts = pool.map(_sdk_process, [(url, concurrency, seconds, WORKER, QUEUE)] * processes)
-    return sum(counts) / seconds
+        results = pool.map(_sdk_process, [(url, concurrency, seconds, WORKER, QUEUE)] * processes)
+    counts = sum(count for count, _began, _ended in results)
+    return counts / seconds, max(r[1] for r in results), min(r[2] for r in results)
+
+
+# The CPU columns of (c): who spends what per run (see bench.cpu).
+LEASE_CPU: Final = {
+    "postgres": "PG us/run",
+    "dispatcher": "dispatcher us/run",
+    "workers": "workers us/run",
+}
 
 
 def lease_complete(url: str, database_url: str, shard_map: ShardMap, seconds: float) -> list[Row]:
     rows: list[Row] = []
+    postgres = asyncio.run(cpu.postmaster(database_url))
     for concurrency in (1, 100):
         for processes in (1, 4):
             asyncio.run(_clear(shard_map))
             asyncio.run(preload(shard_map, 250_000 if concurrency > 1 else 20_000))
-            base = asyncio.run(ceiling.claim_complete(database_url, seconds / 2))
-            rate = sdk_rate(url, concurrency, processes, seconds)
+            with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
+                base, base_start, base_end = asyncio.run(
+                    ceiling.claim_complete_window(database_url, seconds / 2)
+                )
+            ceiling_cpu = cpu.per_run(meter, base_start, base_end, base, {"postgres": "PG"})
+            with cpu.metered(
+                {
+                    "postgres": [postgres],
+                    "dispatcher": [DISPATCHERS.get(url)],
+                    "workers": [os.getpid()],
+                },
+                {"bench": os.getpid()},
+            ) as meter:
+                rate, start, end = sdk_rate(url, concurrency, processes, seconds)
             rows.append(
                 {
                     "worker processes": processes,
@@ -248,6 +294,8 @@ def lease_complete(url: str, database_url: str, shard_map: ShardMap, seconds: fl
                     "http runs/s": round(rate),
                     "ceiling runs/s": round(base),
                     "vs ceiling": round(rate / base, 2),
+                    **cpu.per_run(meter, start, end, rate, LEASE_CPU),
+                    "ceiling PG us/run": ceiling_cpu["PG"],
                 }
             )
     return rows
@@ -334,12 +382,33 @@ async def store_enqueue(shard_map: ShardMap, seconds: float, clients: int = 2) -
     return sum(counts) / (time.perf_counter() - started)
 
 
+ENQUEUE_NOTES: Final = [
+    "us/run: CPU time per run of PostgreSQL's processes, the dispatcher and the bench's "
+    "HTTP clients (bench.cpu); baseline PG: PostgreSQL's for INSERT ... unnest",
+]
+
+
 def enqueue_figures(url: str, database_url: str, shard_map: ShardMap, seconds: float) -> Row:
     """(d): the batch enqueue next to ``INSERT … SELECT unnest`` measured just before,
     and the statement it ends in, alone, measured just after."""
+    postgres = asyncio.run(cpu.postmaster(database_url))
     asyncio.run(_clear(shard_map))
-    base = asyncio.run(ceiling.enqueue(database_url, seconds / 2))
-    rate = asyncio.run(batch_enqueue(url, seconds))
+    with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
+        start = time.time()
+        base = asyncio.run(ceiling.enqueue(database_url, seconds / 2))
+        base_cpu = cpu.per_run(meter, start, time.time(), base, {"postgres": "PG"})
+    with cpu.metered(
+        {"postgres": [postgres], "dispatcher": [DISPATCHERS.get(url)]}, {"bench": os.getpid()}
+    ) as meter:
+        start = time.time()
+        rate = asyncio.run(batch_enqueue(url, seconds))
+        used = cpu.per_run(
+            meter,
+            start,
+            time.time(),
+            rate,
+            {"postgres": "PG us/run", "dispatcher": "dispatcher us/run", "bench": "client us/run"},
+        )
     asyncio.run(_clear(shard_map))
     statement = asyncio.run(store_enqueue(shard_map, seconds / 2))
     return {
@@ -348,6 +417,8 @@ def enqueue_figures(url: str, database_url: str, shard_map: ShardMap, seconds: f
         "vs baseline": round(rate / base, 2),
         "its statement alone runs/s": round(statement),
         "statement vs baseline": round(statement / base, 2),
+        **used,
+        "baseline PG us/run": base_cpu["PG"],
     }
 
 
@@ -367,7 +438,11 @@ def enqueue_case(context: Context) -> list[Table]:
     figures["single_enqueue_p50_ms"] = round(percentile(singles, 0.5) * 1000, 2)
     figures["single_enqueue_p99_ms"] = round(percentile(singles, 0.99) * 1000, 2)
     return [
-        Table("(d) batch enqueue through HTTP (1 000 runs a call, 2 clients)", rows),
+        Table(
+            "(d) batch enqueue through HTTP (1 000 runs a call, 2 clients)",
+            rows,
+            notes=ENQUEUE_NOTES,
+        ),
         Table(
             "(d) single enqueue through HTTP, one call at a time",
             [
@@ -558,7 +633,12 @@ def _throughput_table(throughput: list[Row]) -> Table:
     return Table(
         "(c) lease + complete through HTTP, worker SDK processes, no-op handler (4 shards)",
         throughput,
-        notes=["ceiling: the raw loop (a), measured just before each row"],
+        notes=[
+            "ceiling: the raw loop (a), measured just before each row",
+            "us/run: CPU time per run of PostgreSQL's processes, the dispatcher and the "
+            "worker processes (bench.cpu); CPUs busy: the share of the machine's CPUs "
+            "they used together",
+        ],
     )
 
 
@@ -661,6 +741,7 @@ def http_case(context: Context) -> list[Table]:
         Table(
             "(d) batch enqueue through HTTP (1 000 runs a call, 2 clients)",
             [enqueue_row],
+            notes=ENQUEUE_NOTES,
         ),
         woken,
         Table(

@@ -12,13 +12,14 @@ tenants and 3 priorities, so the claim merges 15 heads: that is the cost of fair
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from dataclasses import dataclass
 
 import asyncpg
 
-from bench import Context, Row, Table, ceiling, register
+from bench import Context, Row, Table, ceiling, cpu, register
 from tickwork.core.records import Completed, Completion, Outcome, State
 from tickwork.core.shards import Shard
 from tickwork.store import database, leases
@@ -47,6 +48,7 @@ class Drain:
     runs: int
     seconds: float
     cycles: list[float]  # seconds per claim + complete round trip
+    began: float = 0.0  # wall-clock (time.time()) when the drain started, for bench.cpu
 
     @property
     def rate(self) -> float:
@@ -97,6 +99,7 @@ async def drain(
             done += len(got)
 
     try:
+        began = time.time()
         started = time.perf_counter()
         counts = await asyncio.gather(*(worker(n) for n in range(CONNECTIONS)))
         elapsed = time.perf_counter() - started
@@ -105,7 +108,7 @@ async def drain(
             await conn.close()
     if sum(counts) != runs:
         raise RuntimeError(f"drained {sum(counts)} runs of {runs}")
-    return Drain(runs, elapsed, [c for per_worker in cycles for c in per_worker])
+    return Drain(runs, elapsed, [c for per_worker in cycles for c in per_worker], began)
 
 
 def _succeeded(answer: object) -> bool:
@@ -121,14 +124,27 @@ def _percentile(values: list[float], fraction: float) -> float:
 @register("store", "(b) claim + complete straight against one shard, 2 connections, no HTTP")
 async def claim_complete(context: Context) -> list[Table]:
     shard = (await context.migrate(1))[0]
+    postgres = await cpu.postmaster(context.database_url)
     rows: list[Row] = []
     shapes = [(batch, 1, 1) for batch in BATCHES] + [(100, 5, 3)]
     for batch, tenants, priorities in shapes:
         calibration = await drain(shard, batch, CALIBRATION_RUNS[batch], tenants, priorities)
         runs = int(calibration.rate * context.seconds)
         runs = max(CALIBRATION_RUNS[batch], min(MAX_RUNS, runs - runs % batch))
-        ceiling_rate = await ceiling.claim_complete(context.database_url, context.seconds / 2)
-        result = await drain(shard, batch, runs, tenants, priorities)
+        with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
+            ceiling_rate, base_start, base_end = await ceiling.claim_complete_window(
+                context.database_url, context.seconds / 2
+            )
+        ceiling_cpu = cpu.per_run(meter, base_start, base_end, ceiling_rate, {"postgres": "PG"})
+        with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
+            result = await drain(shard, batch, runs, tenants, priorities)
+        used = cpu.per_run(
+            meter,
+            result.began,
+            result.began + result.seconds,
+            result.rate,
+            {"postgres": "PG us/run", "bench": "store client us/run"},
+        )
         rows.append(
             {
                 "batch": batch,
@@ -139,6 +155,8 @@ async def claim_complete(context: Context) -> list[Table]:
                 "vs ceiling": round(result.rate / ceiling_rate, 2),
                 "cycle p50 ms": round(_percentile(result.cycles, 0.5) * 1000, 2),
                 "cycle p99 ms": round(_percentile(result.cycles, 0.99) * 1000, 2),
+                **used,
+                "ceiling PG us/run": ceiling_cpu["PG"],
             }
         )
         if batch == 100 and tenants == 1:
@@ -154,6 +172,8 @@ async def claim_complete(context: Context) -> list[Table]:
             notes=[
                 "a cycle is one claim and one completion of what it leased",
                 "ceiling: the raw loop (a), batch 100, measured just before each row",
+                "us/run: CPU time per run of PostgreSQL's processes and of this process "
+                "(bench.cpu); CPUs busy: the share of the machine's CPUs they used",
             ],
         )
     ]
