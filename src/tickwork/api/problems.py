@@ -64,6 +64,18 @@ def store_unavailable(error: BaseException) -> StoreUnavailable:
     )
 
 
+def outage_response(request: Request, error: BaseException) -> Response:
+    """The 503 for a store outage (``outages.is_outage``), logged with the call."""
+    logger.warning(
+        "%s %s: store unavailable: %s",
+        request.method,
+        request.url.path,
+        outages.describe(error),
+        extra={"action": "store-unavailable"},
+    )
+    return response(store_unavailable(error))
+
+
 def from_validation(errors: list[Any] | tuple[Any, ...]) -> TickworkError:
     """The problem for a list of pydantic errors: the first error decides the type."""
     first = errors[0]
@@ -112,14 +124,7 @@ def install(app: FastAPI) -> None:
     async def outage(request: Request, error: Exception) -> Response:
         if not outages.is_outage(error):
             return await unexpected(request, error)
-        logger.warning(
-            "%s %s: store unavailable: %s",
-            request.method,
-            request.url.path,
-            outages.describe(error),
-            extra={"action": "store-unavailable"},
-        )
-        return response(store_unavailable(error))
+        return outage_response(request, error)
 
     app.add_exception_handler(TickworkError, tickwork_error)
     app.add_exception_handler(RequestValidationError, validation_error)

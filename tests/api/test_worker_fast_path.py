@@ -1,0 +1,112 @@
+"""The worker SDK's hot calls (lease, batch heartbeat, batch complete) skip FastAPI's
+routing: they must answer exactly what the routed calls answer, errors included, and
+still pass through authentication, the body limit and the error handlers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ApiServer
+
+from tickwork.api import worker_fast_path
+from tickwork.engine.dispatch import Dispatcher
+
+PROBLEMS = "https://tickwork.dev/problems/"
+
+# Every hot call with bodies of each shape a client may send: good, bad, hostile.
+CALLS: list[tuple[str, bytes]] = [
+    ("/v1/lease", b'{"queues": ["default"], "max": 5}'),
+    ("/v1/lease", b'{"queues": ["default"], "max": 0}'),
+    ("/v1/lease", b'{"queues": ["default"], "colour": "red"}'),
+    ("/v1/lease", b'{"queues": ["nope"]}'),
+    ("/v1/lease", b"{"),
+    ("/v1/lease", b"[]"),
+    ("/v1/lease", b'{"queues": ["default"], "workerId": "a\\u0000b"}'),
+    ("/v1/lease", b'{"queues": ["default"], "max": 99999999999999999999999}'),
+    ("/v1/runs:heartbeat", b'{"items": [{"runId": "r0-1", "fencingToken": 1}]}'),
+    ("/v1/runs:heartbeat", b'{"items": [{"runId": "bogus", "fencingToken": 1}]}'),
+    ("/v1/runs:heartbeat", b'{"items": []}'),
+    ("/v1/runs:complete", b'{"items": [{"runId": "r0-1", "fencingToken": 1, "outcome": "x"}]}'),
+    ("/v1/runs:complete", b'{"items": [{"runId": "r0-1", "fencingToken": 1}]}'),
+    ("/v1/runs:complete", b'{"items": "all"}'),
+    ("/v1/runs:complete", b'{"items": [' + b"[" * 200 + b"]" * 200 + b"]}"),
+]
+
+
+def _answer(response: httpx.Response) -> tuple[int, str, Any]:
+    body = response.json()
+    if isinstance(body, dict):
+        body.pop("instance", None)
+    return response.status_code, response.headers["content-type"], body
+
+
+async def _answers(api_server: ApiServer, token: str) -> list[tuple[int, str, Any]]:
+    headers = {**api_server.headers(token), "content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as http:
+        return [_answer(await http.post(path, content=body)) for path, body in CALLS]
+
+
+@pytest.mark.parametrize("token", ["worker_token", "team_token"])
+async def test_hot_calls_answer_as_the_routed_calls_do(
+    api_server: ApiServer, monkeypatch: pytest.MonkeyPatch, token: str
+) -> None:
+    fast = await _answers(api_server, getattr(api_server, token))
+    for path in list(worker_fast_path.ROUTES):
+        monkeypatch.delitem(worker_fast_path.ROUTES, path)
+    routed = await _answers(api_server, getattr(api_server, token))
+    assert fast == routed
+    # The bodies above reach the routes' own checks, not only the shared ones.
+    statuses = {status for status, _, _ in fast}
+    assert {200, 400} <= statuses if token == "worker_token" else statuses == {403}
+
+
+async def test_hot_calls_are_authenticated_and_bounded(api_server: ApiServer) -> None:
+    async with httpx.AsyncClient(base_url=api_server.url) as http:
+        anonymous = await http.post("/v1/lease", json={"queues": ["default"]})
+        assert anonymous.status_code == 401
+        assert anonymous.json()["type"] == PROBLEMS + "unauthenticated"
+        huge = b'{"queues": ["default"], "workerId": "' + b"x" * (5 << 20) + b'"}'
+        too_large = await http.post(
+            "/v1/lease",
+            content=huge,
+            headers={
+                **api_server.headers(api_server.worker_token),
+                "content-type": "application/json",
+            },
+        )
+        assert too_large.status_code == 413
+        assert too_large.json()["type"] == PROBLEMS + "payload-too-large"
+        # Another method on a hot path is FastAPI's to answer, as before.
+        wrong_method = await http.get(
+            "/v1/lease", headers=api_server.headers(api_server.worker_token)
+        )
+        assert wrong_method.status_code == 405
+
+
+async def test_a_store_outage_is_503_and_a_bug_is_500_on_the_hot_calls(
+    api_server: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refused(*_args: object, **_kwargs: object) -> list[object]:
+        raise ConnectionRefusedError("connection refused")
+
+    monkeypatch.setattr(Dispatcher, "lease", refused)
+    async with httpx.AsyncClient(
+        base_url=api_server.url, headers=api_server.headers(api_server.worker_token)
+    ) as http:
+        down = await http.post("/v1/lease", json={"queues": ["default"]})
+        assert down.status_code == 503
+        assert down.json()["type"] == PROBLEMS + "store-unavailable"
+        assert down.headers["retry-after"] == "1"
+
+        async def broken(*_args: object, **_kwargs: object) -> list[object]:
+            raise ZeroDivisionError("a bug")
+
+        monkeypatch.setattr(Dispatcher, "lease", broken)
+        bug = await http.post("/v1/lease", json={"queues": ["default"]})
+        assert bug.status_code == 500
+        assert bug.json()["type"] == PROBLEMS + "internal"
+        # The server goes on serving.
+        monkeypatch.undo()
+        assert (await http.post("/v1/lease", json={"queues": ["default"]})).status_code == 200
