@@ -12,13 +12,14 @@ ratio case measures its baseline right before its own figure.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Final
 
 import asyncpg
 import orjson
 
-from bench import Context, Table, register
+from bench import Context, Table, cpu, register
 
 SCHEMA: Final = "ceiling"
 BATCH: Final = 100
@@ -96,6 +97,16 @@ async def claim_complete_window(url: str, seconds: float) -> tuple[float, float,
     started = time.perf_counter()
     counts = await asyncio.gather(*(loop(started + seconds) for _ in range(CONNECTIONS)))
     return sum(counts) / (time.perf_counter() - started), began, time.time()
+
+
+async def claim_complete_metered(
+    url: str, seconds: float, postgres: int | None
+) -> tuple[float, float | None]:
+    """``claim_complete``'s rate, and PostgreSQL's CPU microseconds per run under it
+    (``postgres``: its postmaster's PID, see ``bench.cpu``; None where not measured)."""
+    with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
+        rate, start, end = await claim_complete_window(url, seconds)
+    return rate, cpu.per_run(meter, start, end, rate, {"postgres": "PG"})["PG"]
 
 
 async def enqueue(url: str, seconds: float, connections: int = 2) -> float:

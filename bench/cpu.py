@@ -132,12 +132,17 @@ class Meter:
 
     def between(self, start: float, end: float) -> tuple[float, dict[str, float]]:
         """Seconds between the samples nearest inside [start, end], and CPU seconds per
-        role spent between them."""
+        role spent between them. A window too short to hold two samples (under about a
+        second, as with ``--seconds 1``) is read from the samples just around it and
+        counted as the window's own length: its figures then take in some of what ran
+        next to it."""
         inside = [s for s in self.samples if start <= s[0] <= end]
-        if len(inside) < 2:
-            inside = self.samples[:1] + self.samples[-1:]
-        (t0, first), (t1, last) = inside[0], inside[-1]
-        return t1 - t0, {role: last[role] - first[role] for role in last}
+        if len(inside) >= 2:
+            (t0, first), (t1, last) = inside[0], inside[-1]
+            return t1 - t0, {role: last[role] - first[role] for role in last}
+        (_, first) = ([s for s in self.samples if s[0] <= start] or self.samples[:1])[-1]
+        (_, last) = ([s for s in self.samples if s[0] >= end] or self.samples[-1:])[0]
+        return end - start, {role: last[role] - first[role] for role in last}
 
 
 @contextmanager

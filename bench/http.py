@@ -273,11 +273,9 @@ def lease_complete(url: str, database_url: str, shard_map: ShardMap, seconds: fl
         for processes in (1, 4):
             asyncio.run(_clear(shard_map))
             asyncio.run(preload(shard_map, 250_000 if concurrency > 1 else 20_000))
-            with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
-                base, base_start, base_end = asyncio.run(
-                    ceiling.claim_complete_window(database_url, seconds / 2)
-                )
-            ceiling_cpu = cpu.per_run(meter, base_start, base_end, base, {"postgres": "PG"})
+            base, ceiling_pg = asyncio.run(
+                ceiling.claim_complete_metered(database_url, seconds / 2, postgres)
+            )
             with cpu.metered(
                 {
                     "postgres": [postgres],
@@ -295,7 +293,7 @@ def lease_complete(url: str, database_url: str, shard_map: ShardMap, seconds: fl
                     "ceiling runs/s": round(base),
                     "vs ceiling": round(rate / base, 2),
                     **cpu.per_run(meter, start, end, rate, LEASE_CPU),
-                    "ceiling PG us/run": ceiling_cpu["PG"],
+                    "ceiling PG us/run": ceiling_pg,
                 }
             )
     return rows

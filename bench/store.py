@@ -131,11 +131,9 @@ async def claim_complete(context: Context) -> list[Table]:
         calibration = await drain(shard, batch, CALIBRATION_RUNS[batch], tenants, priorities)
         runs = int(calibration.rate * context.seconds)
         runs = max(CALIBRATION_RUNS[batch], min(MAX_RUNS, runs - runs % batch))
-        with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
-            ceiling_rate, base_start, base_end = await ceiling.claim_complete_window(
-                context.database_url, context.seconds / 2
-            )
-        ceiling_cpu = cpu.per_run(meter, base_start, base_end, ceiling_rate, {"postgres": "PG"})
+        ceiling_rate, ceiling_pg = await ceiling.claim_complete_metered(
+            context.database_url, context.seconds / 2, postgres
+        )
         with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
             result = await drain(shard, batch, runs, tenants, priorities)
         used = cpu.per_run(
@@ -156,7 +154,7 @@ async def claim_complete(context: Context) -> list[Table]:
                 "cycle p50 ms": round(_percentile(result.cycles, 0.5) * 1000, 2),
                 "cycle p99 ms": round(_percentile(result.cycles, 0.99) * 1000, 2),
                 **used,
-                "ceiling PG us/run": ceiling_cpu["PG"],
+                "ceiling PG us/run": ceiling_pg,
             }
         )
         if batch == 100 and tenants == 1:
