@@ -15,11 +15,11 @@ from tickwork.api import (
     audit_routes,
     auth,
     edge,
+    fast_path,
     jobs_routes,
     ops_routes,
     problems,
     render,
-    worker_fast_path,
     worker_routes,
 )
 from tickwork.api.services import Services
@@ -165,8 +165,8 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(audit_routes.router)
     dashboard.install(app, services)
     # Outermost last: the body deadline, then authentication (before any body is read),
-    # then the body size limit, then the worker SDK's hot calls (worker_fast_path).
-    app.add_middleware(worker_fast_path.WorkerFastPath)
+    # then the body size limit, then the hot calls (fast_path).
+    app.add_middleware(fast_path.FastPath)
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     app.add_middleware(auth.Authenticate, authenticator=services.authenticator)
     app.add_middleware(edge.BodyDeadline, seconds=services.settings.body_timeout_seconds)
