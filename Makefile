@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test lint unit docs schema crds bench soak e2e clean
+.PHONY: help install run test lint unit docs schema crds bench profile soak e2e clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ schema: $(STAMP) ## rewrite src/tickwork/store/schema.sql from a freshly migrate
 
 bench: $(STAMP) ## throughput benchmarks (prints a table)
 	$(BIN)/python -m bench
+
+profile: $(STAMP) ## on what the dispatcher, workers and store client spend their CPU (py-spy)
+	$(BIN)/python -m bench.profile
 
 soak: $(STAMP) ## minutes of random faults under load (kill -9, SIGSTOP, crashes, partitions); checks nothing is lost
 	$(BIN)/python -m soak $(SOAK_ARGS)

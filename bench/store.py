@@ -62,14 +62,22 @@ async def prepare(conn: asyncpg.Connection, runs: int, tenants: int, priorities:
 
 
 async def drain(
-    shard: Shard, batch: int, runs: int, tenants: int = 1, priorities: int = 1
+    shard: Shard,
+    batch: int,
+    runs: int,
+    tenants: int = 1,
+    priorities: int = 1,
+    *,
+    preload: bool = True,
 ) -> Drain:
-    """Preload ``runs`` ready runs, then time claim + complete until none is left."""
-    setup = await database.connect(shard)
-    try:
-        await prepare(setup, runs, tenants, priorities)
-    finally:
-        await setup.close()
+    """Preload ``runs`` ready runs (unless ``preload`` is False: ``prepare`` did), then
+    time claim + complete until none is left."""
+    if preload:
+        setup = await database.connect(shard)
+        try:
+            await prepare(setup, runs, tenants, priorities)
+        finally:
+            await setup.close()
     # Like a dispatcher: claims on a connection of generic plans, completions on another.
     claimers = [await database.connect(shard, claims=True) for _ in range(CONNECTIONS)]
     conns = [await database.connect(shard) for _ in range(CONNECTIONS)]
