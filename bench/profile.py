@@ -40,12 +40,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import asyncpg
+from typing import Final
 
 from bench import Row, Table, cpu, format_table, http, store
-from bench.__main__ import server, with_database
+from bench.__main__ import _admin, server, with_database
 from tickwork.core.shards import Shard, ShardMap
 from tickwork.store import database
 
@@ -83,6 +81,7 @@ LAYERS: Final[tuple[tuple[str, str], ...]] = (
     ("queue.py", "threads"),
 )
 OTHER: Final = "other (standard library, other packages)"
+NO_PY_SPY: Final = "python -m bench.profile needs py-spy: pip install py-spy"
 
 
 def layer_of(frame: str) -> str:
@@ -135,7 +134,7 @@ def sampling(pids: dict[str, int], seconds: float, folder: Path) -> Iterator[dic
     (complete once the block is left)."""
     binary = py_spy()
     if binary is None:
-        raise SystemExit("python -m bench.profile needs py-spy: pip install py-spy")
+        raise SystemExit(NO_PY_SPY)
     files = {name: folder / f"{name}.txt" for name in pids}
     spies = [
         subprocess.Popen(  # noqa: S603 - py-spy on our own child processes
@@ -241,20 +240,12 @@ def _profiles(files: dict[str, Path]) -> dict[str, Samples]:
 
 @dataclass(frozen=True)
 class Load:
-    """What one load measured: runs/s, the raw sample files, CPU microseconds per run."""
+    """What one load measured: runs/s, the raw sample files, and CPU microseconds per
+    run by sampled process (``cpu.per_run``, which adds ``CPUs busy``)."""
 
     rate: float
     files: dict[str, Path]
     per_run: dict[str, float | None]
-
-
-def _metered_window(
-    meter: cpu.Meter | None, start: float, end: float, rate: float, roles: Sequence[str]
-) -> dict[str, float | None]:
-    if rate <= 0:
-        return dict.fromkeys(roles)
-    found = cpu.per_run(meter, start, end, rate, {role: role for role in roles})
-    return {role: found.get(role) for role in roles}
 
 
 def http_load(url: str, shard_map: ShardMap, seconds: float, folder: Path) -> Load:
@@ -277,8 +268,8 @@ def http_load(url: str, shard_map: ShardMap, seconds: float, folder: Path) -> Lo
                 time.sleep(seconds)
         results = pending.get(timeout=counting + 60)
     rate = sum(count for count, _began, _ended in results) / counting
-    found = _metered_window(meter, start, start + seconds, rate, ["dispatcher", "workers"])
-    return Load(rate, files, {"dispatcher": found["dispatcher"], "worker": found["workers"]})
+    columns = {"dispatcher": "dispatcher", "workers": "worker"}
+    return Load(rate, files, cpu.per_run(meter, start, start + seconds, rate, columns))
 
 
 def _store_child(shard: Shard, runs: int) -> float:
@@ -299,7 +290,7 @@ def store_load(shard: Shard, seconds: float, folder: Path) -> Load:
             with sampling({"store": child}, seconds, folder) as files:
                 time.sleep(seconds)
         rate = pending.get(timeout=600)
-    return Load(rate, files, _metered_window(meter, start, start + seconds, rate, ["store"]))
+    return Load(rate, files, cpu.per_run(meter, start, start + seconds, rate, {"store": "store"}))
 
 
 async def _prepare_store(shard: Shard, runs: int) -> None:
@@ -324,7 +315,8 @@ def enqueue_load(url: str, shard_map: ShardMap, seconds: float, folder: Path) ->
         return await running, start, files, meter
 
     rate, start, files, meter = asyncio.run(load())
-    return Load(rate, files, _metered_window(meter, start, start + seconds, rate, ["dispatcher"]))
+    columns = {"dispatcher": "dispatcher"}
+    return Load(rate, files, cpu.per_run(meter, start, start + seconds, rate, columns))
 
 
 LOADS: Final = ("http", "store", "enqueue")
@@ -362,23 +354,6 @@ def measure(url: str, loads: Sequence[str], seconds: float, top: int, raw: Path 
         shutil.rmtree(folder, ignore_errors=True)
 
 
-async def _admin(url: str, statement: str) -> Any:
-    conn = await asyncpg.connect(url)
-    try:
-        return await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-async def _create(url: str, name: str) -> None:
-    await _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await _admin(url, f'CREATE DATABASE "{name}"')
-
-
-async def _drop(url: str, name: str) -> None:
-    await _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     parser.add_argument(
@@ -389,13 +364,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--raw", type=Path, help="keep py-spy's raw samples in this folder")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if py_spy() is None:
-        print("python -m bench.profile needs py-spy: pip install py-spy", file=sys.stderr)
+        print(NO_PY_SPY, file=sys.stderr)
         return 2
     if not cpu.available():
         print("python -m bench.profile needs /proc (Linux)", file=sys.stderr)
         return 2
     with server() as url:
-        asyncio.run(_create(url, DATABASE))
+        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)'))
+        asyncio.run(_admin(url, f'CREATE DATABASE "{DATABASE}"'))
         try:
             measure(
                 with_database(url, DATABASE),
@@ -405,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 options.raw,
             )
         finally:
-            asyncio.run(_drop(url, DATABASE))
+            asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)'))
     return 0
 
 

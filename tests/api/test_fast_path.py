@@ -165,9 +165,9 @@ ENQUEUES: list[tuple[str, dict[str, str], bytes]] = [
     ("/v1/jobs/hot/runs:batchy", {}, b'{"runs": [{}]}'),
 ]
 RUN_ID = re.compile(r"\br\d+-\d+\b")
-# What differs between two enqueues of the same body: the run's id and times, and the
-# key of a run enqueued without one (made of its id).
-VOLATILE = {"runId", "dueAt", "readyAt", "createdAt", "instance"}
+# What differs between two enqueues of the same body, besides run ids (RUN_ID): the
+# times, and the key of a run enqueued without one (made of its id).
+VOLATILE = {"dueAt", "readyAt", "createdAt", "instance"}
 
 
 def _volatile(key: str, value: Any) -> bool:

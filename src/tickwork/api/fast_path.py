@@ -52,10 +52,9 @@ RUN_ROUTES: Final[dict[str, PathRoute]] = {
 
 
 async def _enqueue(name: str, request: Request) -> Response:
-    keys = request.headers.getlist("idempotency-key")
-    return await jobs_routes.enqueue(
-        name, caller(request), services(request), request, keys[0] if keys else None, None
-    )
+    # At most one key is here (_plain_enqueue).
+    key = request.headers.get("idempotency-key")
+    return await jobs_routes.enqueue(name, caller(request), services(request), request, key, None)
 
 
 async def _enqueue_batch(name: str, request: Request) -> Response:

@@ -246,11 +246,11 @@ WHERE tenant = $1 AND job = $2
 -- of one job, ready now, without idempotency keys or times of their own. The job's
 -- definition is read (and held FOR SHARE, so a concurrent delete cannot orphan a run)
 -- in the statement, its fields taken from the stored spec (`definition_run_fields`:
--- JobSpec's defaults for a field an older document lacks); no definition, no row. $3: the payloads, one JSON
--- array (null: none), $4 the positions (from 1) of the runs that take the job's
--- payload instead; ids drawn in the payloads' order and answered in it, no row read
--- back. $5 now (NULL: the database's), $6 who enqueues: one audit entry for the call,
--- the changed-jobs mark and the wake-up of long-polling workers ride along.
+-- JobSpec's defaults for a field an older document lacks); no definition, no row.
+-- $3: the payloads, one JSON array (null: none), $4 the positions (from 1) of the runs
+-- that take the job's payload instead; ids drawn in the payloads' order and answered in
+-- it, no row read back. $5 now (NULL: the database's), $6 who enqueues: one audit entry
+-- for the call, the changed-jobs mark and the wake-up of long-polling workers ride along.
 WITH clock AS (
     SELECT coalesce($5::timestamptz, now()) AS now
 ), job AS (
