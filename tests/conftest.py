@@ -26,6 +26,7 @@ from tickwork.api.auth import Role, StaticTokens, TokenEntry
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.clock import FrozenClock
+from tickwork.core.settings import ApiSettings
 from tickwork.core.shards import ShardMap
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
@@ -189,7 +190,12 @@ async def api_server(database: Database) -> AsyncIterator[ApiServer]:
     """The API served over HTTP. ``api_server.scheduler.pass_once()`` runs one scheduler
     pass (due flip, reaper) on demand; no background loop runs unless a test starts one."""
     services = Services(
-        engine=Installation.over(database), authenticator=test_tokens(), metrics=Metrics()
+        engine=Installation.over(database),
+        authenticator=test_tokens(),
+        metrics=Metrics(),
+        # Tests send unknown tokens by the hundred from one address; the throttle of
+        # failed authentications has tests of its own (tests/api/test_throttle.py).
+        settings=ApiSettings(auth_failure_rate=0),
     )
     server = HttpServer(create_app(services), port=0)
     url = await server.start()

@@ -123,12 +123,19 @@ async def test_backlog_per_queue_and_its_oldest_run(
     clock.advance(20)
     await scheduler.pass_once()
     ready = [
-        sample(metrics, "tickwork_ready_runs", shard=str(s), queue="work", priority="critical")
+        sample(
+            metrics,
+            "tickwork_ready_runs",
+            shard=str(s),
+            tenant="payments",
+            queue="work",
+            priority="critical",
+        )
         for s in range(database.shard_count)
     ]
     assert sum(r or 0 for r in ready) == 3
     [shard] = [s for s, r in enumerate(ready) if r]
-    labels = {"shard": str(shard), "queue": "work", "priority": "critical"}
+    labels = {"shard": str(shard), "tenant": "payments", "queue": "work", "priority": "critical"}
     assert sample(metrics, "tickwork_oldest_ready_seconds", **labels) == 20
 
     granted = await Dispatcher(database, clock).lease(

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from tickwork.api.auth import Role, StaticTokens
+from tickwork.cli import cli
 
 WORKER = {"token": "worker-token-0123456789", "tenant": "acme", "role": "worker"}
 
@@ -52,6 +54,9 @@ async def test_admin_and_team_entries_may_list_no_queues(tmp_path: Path) -> None
         (WORKER | {"token": "short", "queues": ["q"]}, "token"),
         (WORKER | {"queues": ["Not A Queue"]}, "queue"),
         (WORKER | {"queues": ["q\n"]}, "queue"),
+        # A Kubernetes principal's rights come from RBAC, which a tokens file has none of.
+        (WORKER | {"role": "kubernetes"}, "role 'kubernetes' cannot be given in a tokens file"),
+        (WORKER | {"role": "root"}, "role"),
     ],
 )
 def test_entries_that_would_not_work_as_written_stop_the_start(
@@ -60,3 +65,24 @@ def test_entries_that_would_not_work_as_written_stop_the_start(
     with pytest.raises(ValueError, match=r"entry #1|token #1") as caught:
         load(tmp_path, [entry])
     assert fragment in str(caught.value)
+
+
+async def test_a_metrics_entry_is_a_role_of_its_own(tmp_path: Path) -> None:
+    tokens = load(
+        tmp_path, [{"token": "scrape-token-0123456789", "tenant": "ops", "role": "metrics"}]
+    )
+    scraper = await tokens.authenticate("scrape-token-0123456789")
+    assert scraper is not None and scraper.role is Role.metrics and scraper.queues is None
+
+
+def test_a_kubernetes_role_in_the_tokens_file_stops_the_dispatcher(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text("- {token: k8s-like-token-0123456789, tenant: acme, role: kubernetes}\n")
+    # Nothing listens there: the file is refused before any database is reached.
+    nowhere = "postgresql://127.0.0.1:1/nothing"
+    result = CliRunner().invoke(
+        cli, ["dispatcher", "--tokens", str(path), "--database-url", nowhere, "--port", "0"]
+    )
+    assert result.exit_code == 1, result.output
+    assert "entry #1: role: role 'kubernetes' cannot be given in a tokens file" in result.output
+    assert "team, worker, admin, metrics" in result.output

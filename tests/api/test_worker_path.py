@@ -561,7 +561,9 @@ async def test_metrics_count_leases_and_start_lag(api_server: ApiServer) -> None
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
-    assert 'tickwork_leases_total{priority="critical",queue="default"} 1.0' in text
+    # Queue names are each tenant's own: the series says whose queue it is.
+    leases = 'tickwork_leases_total{priority="critical",queue="default",tenant="acme"} 1.0'
+    assert leases in text
     assert 'tickwork_start_lag_seconds_count{priority="critical"} 1.0' in text
     assert "tickwork_start_lag_seconds_bucket" in text
     assert 'tickwork_schedule_lag_seconds_count{priority="critical"} 1.0' in text

@@ -168,6 +168,8 @@ def create_app(services: Services) -> FastAPI:
     # then the body size limit, then the hot calls (fast_path).
     app.add_middleware(fast_path.FastPath)
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
-    app.add_middleware(auth.Authenticate, authenticator=services.authenticator)
+    app.add_middleware(
+        auth.Authenticate, authenticator=services.authenticator, throttle=services.throttle
+    )
     app.add_middleware(edge.BodyDeadline, seconds=services.settings.body_timeout_seconds)
     return app

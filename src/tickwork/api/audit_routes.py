@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
-from tickwork.api import auth, models, render, responses
-from tickwork.api.auth import Principal, Role
+from tickwork.api import access, models, render, responses
+from tickwork.api.auth import Principal
 from tickwork.api.services import Services, principal, services_dependency
 from tickwork.core import limits
 from tickwork.core.errors import InvalidRequest
@@ -45,9 +45,7 @@ async def list_audit(
         str | None, Query(description="Admin tokens only: act for this tenant.")
     ] = None,
 ) -> Response:
-    caller.require(Role.team)
-    owner = caller.tenant_for(tenant)
-    await auth.authorize(caller, auth.Action("list", "audit", owner))
+    owner = await access.tenant(caller, access.Operation.list_audit, tenant)
     if job is not None:
         try:
             check_name(job)

@@ -1,15 +1,13 @@
-"""Authentication and authorisation of API calls.
+"""Authentication of API calls: who a bearer token stands for.
 
-A bearer token maps to a ``Principal``: a tenant, a role (team, worker, admin) and, for
-workers, the queues they may lease. The ``Authenticator`` protocol is the seam where
-Kubernetes TokenReview/SubjectAccessReview plugs in (``kubernetes_auth``); outside
-Kubernetes the mapping is a tokens file. Tokens are compared in constant time.
+A bearer token maps to a ``Principal``: a tenant, a role (team, worker, admin, metrics)
+and, for workers, the queues they may lease. The ``Authenticator`` protocol is the seam
+where Kubernetes TokenReview plugs in (``kubernetes_auth``); outside Kubernetes the
+mapping is a tokens file. Tokens are compared in constant time.
 
-Every route names what it does as ``Action``s (verb, resource, tenant, name: the
-attributes of a Kubernetes ``SubjectAccessReview``) and asks ``authorize``. A tokens-file
-principal is decided by its role, which the routes check as they always have; a
-Kubernetes principal carries ``Grants`` that ask the API server (cached), so RBAC on the
-``tickwork.dev`` API group decides each call.
+What a principal may then do is ``access``'s to decide (one policy for the API, its
+fast path and the dashboard). A Kubernetes principal carries ``Grants`` that ask the API
+server (cached), so RBAC on the ``tickwork.dev`` API group decides each of its calls.
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from tickwork.api import problems
-from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError, Unauthenticated
-from tickwork.core.records import Scope
+from tickwork.api.throttle import FailureThrottle
+from tickwork.core.errors import InvalidRequest, TickworkError, Unauthenticated
 from tickwork.core.spec import check_queue, check_tenant
 
 
@@ -39,8 +37,14 @@ class Role(enum.StrEnum):
     team = "team"  # manages its tenant's jobs, runs and DLQ
     worker = "worker"  # leases, heartbeats and completes runs of its queues
     admin = "admin"  # everything, for any tenant (``?tenant=``)
-    # A Kubernetes ServiceAccount: RBAC decides each call (SubjectAccessReview).
+    metrics = "metrics"  # reads /metrics and nothing else (a Prometheus scrape)
+    # A Kubernetes ServiceAccount: RBAC decides each call (SubjectAccessReview). Never
+    # a tokens file's: such a token would act in every namespace with no RBAC to ask.
     kubernetes = "kubernetes"
+
+
+# The roles a tokens file may give.
+FILE_ROLES: Final = (Role.team, Role.worker, Role.admin, Role.metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,10 @@ class Grants(Protocol):
         """Return if every action is allowed; raise ``Forbidden`` naming the first that
         is not (or ``AuthUnavailable`` when nobody can tell)."""
 
+    async def permitted(self, actions: Sequence[Action]) -> list[bool]:
+        """Whether each action is allowed, in order (``AuthUnavailable`` when nobody
+        can tell)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -78,55 +86,6 @@ class Principal:
     queues: frozenset[str] | None = None
     # Who decides each action (Kubernetes principals); None: the role alone decides.
     grants: Grants | None = field(default=None, compare=False)
-
-    def tenant_for(self, requested: str | None) -> str:
-        """The tenant a call acts for: the caller's own, or any for an admin; a
-        Kubernetes principal may name any, and RBAC in that namespace decides."""
-        if requested is None or requested == self.tenant:
-            return self.tenant
-        if self.role in (Role.admin, Role.kubernetes):
-            try:
-                check_tenant(requested)
-            except ValueError as error:
-                raise InvalidRequest(str(error), field="tenant") from error
-            return requested
-        raise Forbidden(
-            f"this token acts for tenant {self.tenant!r}, not {requested!r}", field="tenant"
-        )
-
-    def require(self, *roles: Role) -> None:
-        if self.role not in roles and self.role not in (Role.admin, Role.kubernetes):
-            allowed = ", ".join(r.value for r in roles)
-            raise Forbidden(f"this call needs a {allowed} token, not {self.role.value}")
-
-    def check_queues(self, queues: Sequence[str]) -> None:
-        if self.queues is None:
-            return
-        outside = sorted(set(queues) - self.queues)
-        if outside:
-            raise Forbidden(f"this token may not lease queue(s) {outside}", field="queues")
-
-    def scope(self) -> Scope:
-        """The runs this caller may see and act on: an admin's, any; a team's, its
-        tenant's; a worker's, its tenant's in its queues. The engine enforces it in
-        the transaction that acts. A Kubernetes principal's scope is its namespace (its
-        heartbeats and completions: the run's tenant must be the token's namespace);
-        its reads and actions on runs by id are scoped by RBAC instead (``authorize``
-        on the run's namespace and job)."""
-        if self.role is Role.admin:
-            return Scope()
-        return Scope(
-            tenant=self.tenant,
-            queues=None if self.queues is None else tuple(sorted(self.queues)),
-        )
-
-
-async def authorize(principal: Principal, *actions: Action) -> None:
-    """Raise ``Forbidden`` unless ``principal`` may do every one of ``actions``. A
-    tokens-file principal's role was checked by the route (``require``); a Kubernetes
-    principal asks its grants."""
-    if principal.grants is not None and actions:
-        await principal.grants.check(actions)
 
 
 class Authenticator(Protocol):
@@ -144,7 +103,10 @@ class TokenEntry(BaseModel):
         min_length=16, description="The bearer token (16+ characters, no whitespace)."
     )
     tenant: str = Field(description="The tenant (namespace) it acts for: a DNS-1123 label.")
-    role: Role
+    role: Role = Field(
+        description="team (its tenant's jobs, runs and DLQ), worker (leases its queues), "
+        "admin (everything, any tenant) or metrics (reads /metrics only)."
+    )
     queues: list[str] | None = Field(
         default=None,
         description="Queues a worker may lease (at least one for workers; teams and admins "
@@ -169,6 +131,19 @@ class TokenEntry(BaseModel):
         # such an entry could never be used, or only by a token nobody meant.
         if not value.strip() or any(c.isspace() for c in value):
             raise PydanticCustomError("invalid_token", "a token must not contain whitespace")
+        return value
+
+    @field_validator("role")
+    @classmethod
+    def _file_role(cls, value: Role) -> Role:
+        if value not in FILE_ROLES:
+            allowed = ", ".join(role.value for role in FILE_ROLES)
+            raise PydanticCustomError(
+                "invalid_role",
+                "role '{role}' cannot be given in a tokens file (it would act in every "
+                "tenant with no RBAC to ask): use one of {allowed}",
+                {"role": value.value, "allowed": allowed},
+            )
         return value
 
     @field_validator("tenant")
@@ -327,9 +302,12 @@ class Authenticate:
     nothing about the body it sent and cannot make the server wait for one. The
     principal is left in the request's state for the routes."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+    def __init__(
+        self, app: ASGIApp, authenticator: Authenticator, throttle: FailureThrottle
+    ) -> None:
         self.app = app
         self.authenticator = authenticator
+        self.throttle = throttle
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -341,10 +319,15 @@ class Authenticate:
         ):
             await self.app(scope, receive, send)
             return
+        client = scope.get("client")
+        host = client[0] if client else None
         try:
+            self.throttle.check(host)
             header = authorization_header(scope.get("headers", ()))
             caller = await authenticate_header(self.authenticator, header)
         except TickworkError as error:
+            if isinstance(error, Unauthenticated):
+                self.throttle.failed(host)
             await problems.response(error)(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL] = caller

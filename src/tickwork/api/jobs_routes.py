@@ -11,12 +11,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from starlette.responses import Response
 
-from tickwork.api import auth, bodies, models, render, responses
-from tickwork.api.auth import Principal, Role
+from tickwork.api import access, bodies, models, render, responses
+from tickwork.api.access import Operation
+from tickwork.api.auth import Principal
 from tickwork.api.services import Services, principal, services_dependency
 from tickwork.core import fields, limits
-from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
-from tickwork.core.records import Attempt, Run, Scope, State
+from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
+from tickwork.core.records import State
 from tickwork.core.spec import JobSpec, check_name, encoded_payloads
 from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 
@@ -65,42 +66,10 @@ def _job_name(name: str) -> str:
     return name
 
 
-async def _team(
-    caller: Principal, tenant: str | None, verb: str, resource: str, name: str | None = None
-) -> str:
-    """The tenant a team call acts for, once the caller may do ``verb`` on
-    ``resource`` (``name``) there."""
-    caller.require(Role.team)
-    owner = caller.tenant_for(tenant)
-    await auth.authorize(caller, auth.Action(verb, resource, owner, name))
-    return owner
 
 
 def _limit(svc: Services, limit: int | None) -> int:
     return limit or svc.settings.default_page_size
-
-
-async def _owned_run(
-    svc: Services, caller: Principal, run_id: str, action: tuple[str, str], *roles: Role
-) -> tuple[Run, list[Attempt], Scope]:
-    """The run with its attempts, if ``caller`` may see it and do ``action`` (verb,
-    resource) on it, and the scope to act on it in. Another tenant's run, or for a
-    worker token a run outside its queues, is absent (the engine checks the scope); for
-    a Kubernetes principal RBAC on the run's namespace and job decides, and a run it
-    may not touch in another namespace is absent too."""
-    caller.require(*roles)
-    if caller.role is not Role.kubernetes:
-        run, attempts = await svc.jobs.run(run_id, caller.scope())
-        return run, attempts, caller.scope()
-    run, attempts = await svc.jobs.run(run_id)
-    verb, resource = action
-    try:
-        await auth.authorize(caller, auth.Action(verb, resource, run.tenant, run.job))
-    except Forbidden:
-        if run.tenant != caller.tenant:
-            raise NotFound(f"no run {run.run_id!r}", field="runId") from None
-        raise
-    return run, attempts, Scope(tenant=run.tenant)
 
 
 def _plain_payloads(document: Any) -> list[bytes | None] | None:
@@ -160,7 +129,7 @@ async def put_job(
     request: Request,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
+    owner = await access.tenant(caller, Operation.put_job, tenant, name)
     try:
         check_name(name)
     except ValueError as error:
@@ -177,7 +146,7 @@ async def put_job(
     responses={200: {"model": models.Job}, **_errors},
 )
 async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
-    owner = await _team(caller, tenant, "get", "scheduledjobs", name)
+    owner = await access.tenant(caller, Operation.get_job, tenant, name)
     return responses.json(await _job_document(svc, owner, _job_name(name)))
 
 
@@ -189,7 +158,7 @@ async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam =
 async def delete_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = await _team(caller, tenant, "delete", "scheduledjobs", name)
+    owner = await access.tenant(caller, Operation.delete_job, tenant, name)
     cancelled, requested = await svc.jobs.delete(owner, _job_name(name), caller.subject)
     return responses.json(
         {
@@ -211,7 +180,7 @@ async def list_jobs(
     cursor: Cursor = None,
     limit: Limit = None,
 ) -> Response:
-    owner = await _team(caller, tenant, "list", "scheduledjobs")
+    owner = await access.tenant(caller, Operation.list_jobs, tenant)
     if cursor is not None:
         try:
             check_name(cursor)  # the cursor is the last name of the previous page
@@ -230,7 +199,7 @@ async def list_jobs(
 async def pause_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
+    owner = await access.tenant(caller, Operation.pause_job, tenant, name)
     await svc.jobs.set_paused(owner, _job_name(name), True, caller.subject)
     return responses.json(await _job_document(svc, owner, name))
 
@@ -243,7 +212,7 @@ async def pause_job(
 async def resume_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = await _team(caller, tenant, "update", "scheduledjobs", name)
+    owner = await access.tenant(caller, Operation.pause_job, tenant, name)
     await svc.jobs.set_paused(owner, _job_name(name), False, caller.subject)
     return responses.json(await _job_document(svc, owner, name))
 
@@ -282,7 +251,7 @@ async def enqueue(
     idempotency_key: IdempotencyKey = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = await _team(caller, tenant, "create", "runs", name)
+    owner = await access.tenant(caller, Operation.enqueue, tenant, name)
     _job_name(name)
     body = await bodies.model(request, models.EnqueueRequest, required=False)
     body = body or models.EnqueueRequest()
@@ -320,7 +289,7 @@ async def enqueue(
 async def enqueue_batch(
     name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
-    owner = await _team(caller, tenant, "create", "runs", name)
+    owner = await access.tenant(caller, Operation.enqueue, tenant, name)
     _job_name(name)
     raw = await request.body()
     document = bodies.parse(raw, lenient=True, depth=False)
@@ -409,7 +378,7 @@ async def list_runs(
     limit: Limit = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = await _team(caller, tenant, "list", "runs")
+    owner = await access.tenant(caller, Operation.list_runs, tenant)
     if cursor is not None:
         try:
             svc.jobs.locate_run(cursor)
@@ -427,9 +396,7 @@ async def list_runs(
     responses={200: {"model": models.RunWithAttempts}, **_errors},
 )
 async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    run, attempts, _ = await _owned_run(
-        svc, caller, run_id, ("get", "runs"), Role.team, Role.worker
-    )
+    run, attempts, _ = await access.run(caller, Operation.get_run, svc.jobs, run_id)
     return responses.json(render.run_with_attempts(run, attempts))
 
 
@@ -443,7 +410,7 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "runs"), Role.team)
+    _, _, scope = await access.run(caller, Operation.cancel_run, svc.jobs, run_id)
     return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject, scope)))
 
 
@@ -458,7 +425,7 @@ async def list_dead(
     limit: Limit = None,
     tenant: TenantParam = None,
 ) -> Response:
-    owner = await _team(caller, tenant, "list", "dlq")
+    owner = await access.tenant(caller, Operation.list_dead, tenant)
     if job is not None:
         _job_name(job)
     after = None if cursor is None else DeadCursor.decode(cursor)
@@ -481,7 +448,7 @@ async def list_dead(
     },
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
+    _, _, scope = await access.run(caller, Operation.settle_dead, svc.jobs, run_id)
     return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject, scope)))
 
 
@@ -495,5 +462,5 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     },
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    _, _, scope = await _owned_run(svc, caller, run_id, ("update", "dlq"), Role.team)
+    _, _, scope = await access.run(caller, Operation.settle_dead, svc.jobs, run_id)
     return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject, scope)))

@@ -234,7 +234,7 @@ class _Grants:
 
     async def check(self, actions: Sequence[Action]) -> None:
         unique = list(dict.fromkeys(actions))
-        answers = await asyncio.gather(*(self.auth.allowed(self.user, a) for a in unique))
+        answers = await self._answers(unique)
         for action, (allowed, reason) in zip(unique, answers, strict=True):
             if not allowed:
                 because = f" ({reason})" if reason else ""
@@ -243,6 +243,13 @@ class _Grants:
                     f"(RBAC on the {API_GROUP} API group){because}",
                     field="queues" if action.resource == "queues" else None,
                 )
+
+    async def permitted(self, actions: Sequence[Action]) -> list[bool]:
+        answers = await self._answers(actions)
+        return [allowed for allowed, _ in answers]
+
+    async def _answers(self, actions: Sequence[Action]) -> list[tuple[bool, str]]:
+        return list(await asyncio.gather(*(self.auth.allowed(self.user, a) for a in actions)))
 
 
 def kubeconfig_file(given: Path | None = None) -> str | None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from tickwork.api import auth, models, responses
+from tickwork.api import access, models, responses
 from tickwork.api.auth import Principal
 from tickwork.api.services import principal, services
 from tickwork.engine import metrics
@@ -38,7 +38,7 @@ async def readyz(request: Request) -> Response:
 
 @router.get(
     "/metrics",
-    summary="Prometheus metrics (any valid token)",
+    summary="Prometheus metrics (admin and metrics tokens)",
     response_class=Response,
     responses={
         200: {
@@ -46,17 +46,19 @@ async def readyz(request: Request) -> Response:
             "content": {metrics.CONTENT_TYPE: {"schema": {"type": "string"}}},
         },
         401: {"model": models.Problem, "description": "unauthenticated"},
+        403: {"model": models.Problem, "description": "forbidden (not an admin or metrics token)"},
     },
 )
 async def prometheus(
     request: Request, caller: Annotated[Principal, Depends(principal)]
 ) -> Response:
-    # A Kubernetes principal needs RBAC's nonResourceURLs "/metrics" (as kube-rbac-proxy
-    # asks), so a scrape token is not a key to every tenant's queue names.
-    await auth.authorize(caller, auth.Action("get", path="/metrics"))
+    # Every tenant's queue and job names: an admin's or a scraper's (a Kubernetes
+    # principal needs RBAC's nonResourceURLs "/metrics", as kube-rbac-proxy asks).
+    await access.check(caller, access.Operation.read_metrics)
     return Response(services(request).metrics.render(), media_type=metrics.CONTENT_TYPE)
 
 
 @router.get("/openapi.json", summary="This document", include_in_schema=False)
-async def openapi(request: Request, _caller: Annotated[Principal, Depends(principal)]) -> Response:
+async def openapi(request: Request, caller: Annotated[Principal, Depends(principal)]) -> Response:
+    await access.check(caller, access.Operation.read_openapi)
     return responses.json(request.app.openapi())

@@ -23,6 +23,7 @@ from tickwork.core.errors import (
     ServerBusy,
     StoreUnavailable,
     TickworkError,
+    TooManyAuthFailures,
 )
 from tickwork.engine import outages
 
@@ -42,7 +43,10 @@ STORE_RETRY_AFTER: Final = 1.0
 
 
 def headers_of(error: TickworkError) -> dict[str, str]:
-    if isinstance(error, QuotaExceeded | StoreUnavailable | ServerBusy | AuthUnavailable):
+    if isinstance(
+        error,
+        QuotaExceeded | StoreUnavailable | ServerBusy | AuthUnavailable | TooManyAuthFailures,
+    ):
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     return {}
 

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwork.api.auth import PRINCIPAL, Authenticator, Principal
+from tickwork.api.throttle import FailureThrottle
 from tickwork.core.settings import ApiSettings
 from tickwork.engine import quotas
 from tickwork.engine.dispatch import Dispatcher
@@ -26,8 +27,12 @@ class Services:
     metrics: Metrics
     settings: ApiSettings = field(default_factory=ApiSettings)
     quota: Admission | None = None
+    throttle: FailureThrottle = field(init=False)
 
     def __post_init__(self) -> None:
+        self.throttle = FailureThrottle(
+            self.settings.auth_failure_rate, self.settings.auth_failure_burst
+        )
         if self.quota is None:
             self.quota = quotas.TenantQuotas(
                 self.engine.database,

@@ -18,14 +18,13 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import auth, bodies, edge, models, render, responses
-from tickwork.api.auth import Principal, Role
+from tickwork.api import access, bodies, edge, models, render, responses
 from tickwork.api.services import Services, caller, services
 from tickwork.core import fields, limits
-from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError
-from tickwork.core.records import Completed, Extended, Lease, Outcome
+from tickwork.core.errors import InvalidRequest, TickworkError
+from tickwork.core.records import Completed, Extended, Lease, Outcome, Scope
 from tickwork.core.spec import Priority, check_queue
-from tickwork.engine.dispatch import CompleteItem, HeartbeatItem
+from tickwork.engine.dispatch import CompleteItem, HeartbeatItem, QueueGrant
 
 router = APIRouter(prefix="/v1")
 
@@ -56,11 +55,10 @@ _problems: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _worker(request: Request) -> tuple[Services, Principal]:
-    who = caller(request)
-    if who.role is Role.team:
-        raise Forbidden("this call needs a worker token")
-    return services(request), who
+def _reporter(request: Request) -> tuple[Services, Scope, QueueGrant | None]:
+    """What a heartbeat or completion acts in, decided before its body is read."""
+    scope, grant = access.reporting(caller(request))
+    return services(request), scope, grant
 
 
 def _number(
@@ -183,12 +181,12 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
     if not granted:
         return
     metrics = svc.metrics
-    by_queue: Counter[tuple[str, int]] = Counter()
+    by_queue: Counter[tuple[str, str, int]] = Counter()
     by_job: Counter[tuple[str, str, int]] = Counter()
     lags: dict[int, list[float]] = {}
     lates: dict[int, list[float]] = {}
     for lease in granted:
-        by_queue[(lease.queue, lease.priority)] += 1
+        by_queue[(lease.tenant, lease.queue, lease.priority)] += 1
         by_job[(lease.tenant, lease.job, lease.priority)] += 1
         if lease.attempt == 1:
             lags.setdefault(lease.priority, []).append(
@@ -197,8 +195,8 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
             lates.setdefault(lease.priority, []).append(
                 (lease.leased_at - lease.due_at).total_seconds()
             )
-    for (queue, rank), n in by_queue.items():
-        metrics.leases.labels(queue, Priority.from_rank(rank).value).inc(n)
+    for (tenant, queue, rank), n in by_queue.items():
+        metrics.leases.labels(tenant, queue, Priority.from_rank(rank).value).inc(n)
     for (tenant, job, rank), n in by_job.items():
         label = metrics.job_label(tenant, job)
         metrics.job_leases.labels(label, Priority.from_rank(rank).value).inc(n)
@@ -216,7 +214,8 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
     responses={200: {"model": models.LeaseResponse}, **_problems},
 )
 async def lease(request: Request) -> Response:
-    svc, caller = await _worker(request)
+    svc, who = services(request), caller(request)
+    access.admit(who, access.Operation.lease)
     document = await bodies.json_object(request)
     _check_keys(document, _LEASE_KEYS)
     queues = document.get("queues")
@@ -231,10 +230,7 @@ async def lease(request: Request) -> Response:
             check_queue(queue)
         except ValueError as error:
             raise InvalidRequest(f"queues[{index}]: {error}", field=f"queues[{index}]") from None
-    caller.check_queues(queues)
-    await auth.authorize(
-        caller, *(auth.Action("lease", "queues", caller.tenant, queue) for queue in queues)
-    )
+    tenant = await access.lease_queues(who, queues)
     limit = int(_number(document, "max", 1, 1, limits.MAX_LEASE_BATCH))
     if document.get("max", 1) != limit:
         raise InvalidRequest("max must be an integer", field="max")
@@ -262,7 +258,7 @@ async def lease(request: Request) -> Response:
         limit=limit,
         worker_id=worker_id,
         lease_seconds=lease_seconds,
-        tenant=None if caller.role is Role.admin else caller.tenant,
+        tenant=tenant,
         wait_seconds=wait,
         recheck_seconds=svc.settings.long_poll_recheck_seconds,
         gone=edge.client_gone(request),
@@ -288,9 +284,9 @@ def _single(result: Extended | Completed | TickworkError, svc: Services) -> Resp
     responses={200: {"model": models.HeartbeatResponse}, **_problems},
 )
 async def heartbeat(runId: str, request: Request) -> Response:
-    svc, caller = await _worker(request)
+    svc, scope, grant = _reporter(request)
     item = _beat(await bodies.json_object(request), runId)
-    [result] = await svc.dispatcher.heartbeat([item], caller.scope())
+    [result] = await svc.dispatcher.heartbeat([item], scope, grant)
     return _single(result, svc)
 
 
@@ -301,9 +297,9 @@ async def heartbeat(runId: str, request: Request) -> Response:
     responses={200: {"model": models.CompleteResponse}, **_problems},
 )
 async def complete(runId: str, request: Request) -> Response:
-    svc, caller = await _worker(request)
+    svc, scope, grant = _reporter(request)
     item = _completion(await bodies.json_object(request), runId)
-    [result] = await svc.dispatcher.complete([item], caller.scope())
+    [result] = await svc.dispatcher.complete([item], scope, grant)
     return _single(result, svc)
 
 
@@ -335,12 +331,12 @@ def _batch_results(
     responses={200: {"model": models.BatchResults}, **_problems},
 )
 async def heartbeat_batch(request: Request) -> Response:
-    svc, caller = await _worker(request)
+    svc, scope, grant = _reporter(request)
     items = _items(await bodies.json_object(request), limits.MAX_HEARTBEAT_BATCH)
     beats = [
         _beat(item, _run_id(item, f"items[{i}]."), f"items[{i}].") for i, item in enumerate(items)
     ]
-    results = await svc.dispatcher.heartbeat(beats, caller.scope())
+    results = await svc.dispatcher.heartbeat(beats, scope, grant)
     return _batch_results(svc, [b.run_id for b in beats], results)
 
 
@@ -351,11 +347,11 @@ async def heartbeat_batch(request: Request) -> Response:
     responses={200: {"model": models.BatchResults}, **_problems},
 )
 async def complete_batch(request: Request) -> Response:
-    svc, caller = await _worker(request)
+    svc, scope, grant = _reporter(request)
     items = _items(await bodies.json_object(request), limits.MAX_COMPLETE_BATCH)
     completions = [
         _completion(item, _run_id(item, f"items[{i}]."), f"items[{i}].")
         for i, item in enumerate(items)
     ]
-    results = await svc.dispatcher.complete(completions, caller.scope())
+    results = await svc.dispatcher.complete(completions, scope, grant)
     return _batch_results(svc, [c.run_id for c in completions], results)

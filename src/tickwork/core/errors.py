@@ -176,3 +176,18 @@ class AuthUnavailable(TickworkError):
     def __init__(self, detail: str, *, retry_after: float = 1.0, field: str | None = None) -> None:
         super().__init__(detail, field=field)
         self.retry_after = retry_after
+
+
+class TooManyAuthFailures(TickworkError):
+    """Too many calls from one address failed to authenticate lately: its calls are
+    refused, before any token is looked at, until ``retry_after`` seconds have passed.
+    Guessing tokens gets nowhere, and unknown tokens cannot be multiplied into reviews
+    by the Kubernetes API server."""
+
+    slug = "too-many-auth-failures"
+    status = 429
+    title = "Too many failed authentications"
+
+    def __init__(self, detail: str, *, retry_after: float, field: str | None = None) -> None:
+        super().__init__(detail, field=field)
+        self.retry_after = retry_after

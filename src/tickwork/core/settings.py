@@ -447,6 +447,19 @@ class ApiSettings(Settings):
     readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
     """``/readyz`` answers within this many seconds even when a shard's link hangs."""
 
+    auth_failure_burst: Annotated[
+        int, Field(ge=1), Option("--auth-failure-burst", env="TICKWORK_AUTH_FAILURE_BURST")
+    ] = 20
+    """Failed authentications (unknown tokens, refused sign-ins) one client address may
+    make at once; then its calls are refused with 429 too-many-auth-failures until
+    ``auth_failure_rate`` gives it another."""
+
+    auth_failure_rate: Annotated[
+        float, Field(ge=0), Option("--auth-failure-rate", env="TICKWORK_AUTH_FAILURE_RATE")
+    ] = 0.5
+    """Failed authentications per second one client address may make beyond the burst
+    (IPv6: per /64); 0 turns the throttle off."""
+
     body_timeout_seconds: Annotated[float, Field(gt=0)] = limits.BODY_READ_TIMEOUT_SECONDS
     """From a request's headers to the last byte of its body; later is answered 408."""
 

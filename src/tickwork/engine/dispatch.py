@@ -47,6 +47,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
+# Of the given queues, those a caller may act in (its RBAC, asked by the API): what
+# narrows a heartbeat's or a completion's scope once the runs' queues are read.
+QueueGrant = Callable[[frozenset[str]], Awaitable[frozenset[str]]]
+
 # Seconds a worker waits before repeating an item whose shard was down (the same as a
 # whole call's 503 store-unavailable).
 ITEM_RETRY_AFTER = 1.0
@@ -285,20 +289,33 @@ class Dispatcher:
                 await leases.release(conn, group, self.clock.now())
 
     async def heartbeat(
-        self, items: Sequence[HeartbeatItem], scope: Scope = UNRESTRICTED
+        self,
+        items: Sequence[HeartbeatItem],
+        scope: Scope = UNRESTRICTED,
+        grant: QueueGrant | None = None,
     ) -> list[Extended | TickworkError]:
+        """Extend leases the caller holds, in ``scope``; with ``grant``, only runs in
+        the queues it grants (the others are absent, as runs that do not exist)."""
+
         async def per_shard(
             shard: int, group: list[tuple[int, HeartbeatItem]]
         ) -> list[Extended | TickworkError]:
             beats = [Beat(local, i.fencing_token, i.extend_seconds) for local, i in group]
+            granted = await self._granted(shard, [b.id for b in beats], scope, grant)
             async with self.database.connection(shard) as conn:
-                return await leases.heartbeat(conn, shard, beats, self.clock.now(), scope)
+                return await leases.heartbeat(conn, shard, beats, self.clock.now(), granted)
 
         return await self._route(items, per_shard)
 
     async def complete(
-        self, items: Sequence[CompleteItem], scope: Scope = UNRESTRICTED
+        self,
+        items: Sequence[CompleteItem],
+        scope: Scope = UNRESTRICTED,
+        grant: QueueGrant | None = None,
     ) -> list[Completed | TickworkError]:
+        """Record outcomes of leases the caller holds, in ``scope`` and, with
+        ``grant``, the queues it grants."""
+
         async def per_shard(
             shard: int, group: list[tuple[int, CompleteItem]]
         ) -> list[Completed | TickworkError]:
@@ -306,12 +323,29 @@ class Dispatcher:
                 Completion(local, i.fencing_token, i.outcome, i.error, i.retryable)
                 for local, i in group
             ]
+            granted = await self._granted(shard, [c.id for c in completions], scope, grant)
             async with self.database.connection(shard) as conn:
                 return await leases.complete(
-                    conn, shard, completions, self.clock.now(), self.rng, scope
+                    conn, shard, completions, self.clock.now(), self.rng, granted
                 )
 
         return await self._route(items, per_shard)
+
+    async def _granted(
+        self, shard: int, run_ids: Sequence[int], scope: Scope, grant: QueueGrant | None
+    ) -> Scope:
+        """``scope`` narrowed to the queues ``grant`` allows among those of the runs.
+        The connection is given back while ``grant`` decides (it may ask the
+        Kubernetes API server); a run's queue never changes, so the answer holds when
+        the statement runs."""
+        if grant is None:
+            return scope
+        if scope.tenant is None:
+            raise ValueError("a queue grant needs a tenant scope")
+        async with self.database.connection(shard) as conn:
+            queues = await leases.queues_of(conn, run_ids, scope.tenant)
+        allowed = await grant(queues) if queues else frozenset()
+        return Scope(tenant=scope.tenant, queues=tuple(sorted(allowed)))
 
     async def _route(
         self,

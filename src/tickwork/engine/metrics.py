@@ -86,15 +86,15 @@ class Metrics:
         )
         self.ready_runs = Gauge(
             "tickwork_ready_runs",
-            "Ready runs waiting for a worker, per shard, queue and priority.",
-            ["shard", "queue", "priority"],
+            "Ready runs waiting for a worker, per shard, tenant, queue and priority.",
+            ["shard", "tenant", "queue", "priority"],
             registry=self.registry,
         )
         self.oldest_ready = Gauge(
             "tickwork_oldest_ready_seconds",
-            "Age of the oldest ready run (now minus its ready time), per shard, queue and "
-            "priority.",
-            ["shard", "queue", "priority"],
+            "Age of the oldest ready run (now minus its ready time), per shard, tenant, "
+            "queue and priority.",
+            ["shard", "tenant", "queue", "priority"],
             registry=self.registry,
         )
         self.canary_lag = Gauge(
@@ -110,7 +110,7 @@ class Metrics:
             ["shard"],
             registry=self.registry,
         )
-        self._backlog_series: dict[int, set[tuple[str, str, str]]] = {}
+        self._backlog_series: dict[int, set[tuple[str, str, str, str]]] = {}
         self._canary_series: set[int] = set()
         self.canaries = Counter(
             "tickwork_canary_runs",
@@ -120,8 +120,9 @@ class Metrics:
         )
         self.leases = Counter(
             "tickwork_leases",
-            "Runs leased to workers.",
-            ["queue", "priority"],
+            "Runs leased to workers, per tenant, queue and priority (queue names are each "
+            "tenant's own).",
+            ["tenant", "queue", "priority"],
             registry=self.registry,
         )
         self.start_lag = Histogram(
@@ -215,15 +216,18 @@ class Metrics:
             registry=self.registry,
         )
 
-    def set_backlog(self, shard: int, backlog: Iterable[tuple[str, str, int, float]]) -> None:
-        """Replace a shard's backlog gauges with ``(queue, priority, ready, oldest age)``
-        rows: a queue that emptied loses its series instead of keeping its last value."""
+    def set_backlog(
+        self, shard: int, backlog: Iterable[tuple[str, str, str, int, float]]
+    ) -> None:
+        """Replace a shard's backlog gauges with ``(tenant, queue, priority, ready, oldest
+        age)`` rows: a queue that emptied loses its series instead of keeping its last
+        value."""
         label = str(shard)
         seen = set()
-        for queue, priority, ready, oldest in backlog:
-            self.ready_runs.labels(label, queue, priority).set(ready)
-            self.oldest_ready.labels(label, queue, priority).set(oldest)
-            seen.add((label, queue, priority))
+        for tenant, queue, priority, ready, oldest in backlog:
+            self.ready_runs.labels(label, tenant, queue, priority).set(ready)
+            self.oldest_ready.labels(label, tenant, queue, priority).set(oldest)
+            seen.add((label, tenant, queue, priority))
         for gone in self._backlog_series.get(shard, set()) - seen:
             self.ready_runs.remove(*gone)
             self.oldest_ready.remove(*gone)

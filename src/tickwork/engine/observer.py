@@ -57,7 +57,13 @@ class ShardObserver:
         self.metrics.set_backlog(
             shard,
             [
-                (b.queue, Priority.from_rank(b.priority).value, b.ready, b.oldest_seconds)
+                (
+                    b.tenant,
+                    b.queue,
+                    Priority.from_rank(b.priority).value,
+                    b.ready,
+                    b.oldest_seconds,
+                )
                 for b in backlog
             ],
         )

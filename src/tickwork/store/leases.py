@@ -45,6 +45,7 @@ LOCK_LEASED: Final = queries.get("lock_leased")
 RECORD_FAILURES: Final = queries.get("record_failures")
 COMPLETION_OF: Final = queries.get("completion_of")
 RUN_STATE: Final = queries.get("run_state")
+RUN_QUEUES: Final = queries.get("run_queues")
 # The passes of claims made without a dispatcher's own (tests, tools): process-wide.
 SHARED_PRIORITY_SHARES: Final = fairness.PriorityShares()
 RELEASE: Final = queries.get("release")
@@ -396,6 +397,12 @@ async def _refusal(conn: Connection, shard: int, run_id: int, scope: Scope) -> T
             f"run {public} is leased with a newer fencing token", field="fencingToken"
         )
     return StaleLease(f"run {public} is {row['state']}: the lease is gone", field="fencingToken")
+
+
+async def queues_of(conn: Connection, run_ids: Sequence[int], tenant: str) -> frozenset[str]:
+    """The queues of the runs among ``run_ids`` that belong to ``tenant``."""
+    rows = await conn.fetch(RUN_QUEUES, list(run_ids), tenant)
+    return frozenset(row["queue"] for row in rows)
 
 
 async def release(conn: Connection, granted: Sequence[Lease], now: datetime | None = None) -> int:

@@ -17,6 +17,7 @@ CANARY_RUNS_SINCE: Final = queries.get("canary_runs_since")
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
+    tenant: str
     queue: str
     priority: int
     ready: int
@@ -40,7 +41,10 @@ class CanaryRun:
 
 async def ready_backlog(conn: Connection, now: datetime | None = None) -> list[Backlog]:
     rows = await conn.fetch(READY_BACKLOG, now)
-    return [Backlog(r["queue"], r["priority"], r["ready"], r["oldest_seconds"]) for r in rows]
+    return [
+        Backlog(r["tenant"], r["queue"], r["priority"], r["ready"], r["oldest_seconds"])
+        for r in rows
+    ]
 
 
 async def dead_between(conn: Connection, after: datetime, until: datetime) -> list[DeadRuns]:

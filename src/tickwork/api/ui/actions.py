@@ -14,12 +14,12 @@ from typing import Final
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import auth
-from tickwork.api.auth import Role
+from tickwork.api import access
+from tickwork.api.access import Operation
 from tickwork.api.services import services
 from tickwork.api.ui import sessions, web
 from tickwork.api.ui.pages import job_name, owned_run
-from tickwork.core.errors import InvalidRequest, TickworkError
+from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError, TooManyAuthFailures
 from tickwork.core.records import Run, State
 from tickwork.engine.jobs import EnqueueRequest
 
@@ -37,7 +37,7 @@ async def act(request: Request, action: Action, default_next: str = "/ui/") -> R
         # The session first: nobody without one gets the body read.
         principal, session = await web.signed_in(request)
         fields = await web.form(request)
-        who = await web.admitted(principal, session, fields.get("tenant"))
+        who = web.admitted(principal, session, fields.get("tenant"))
     except web.SignInNeeded:
         return web.sign_in_redirect(request)
     except TickworkError as error:
@@ -107,12 +107,25 @@ async def login(request: Request) -> Response:
         web.check_csrf(request, nonce, fields.get("csrf"))
     except web.CsrfRefused as error:
         return await _login_page(request, next_path, error.detail, 403)
+    svc = services(request)
+    host = request.client.host if request.client else None
+    try:
+        # The API's own throttle: the sign-in form is no faster way to guess tokens.
+        svc.throttle.check(host)
+    except TooManyAuthFailures as error:
+        return await _login_page(request, next_path, error.detail, 429)
     token = (fields.get("token") or "").strip()
-    principal = await services(request).authenticator.authenticate(token) if token else None
+    principal = await svc.authenticator.authenticate(token) if token else None
     if principal is None:
+        svc.throttle.failed(host)
         return await _login_page(request, next_path, "unknown token", 401)
-    if principal.role is Role.worker:
-        detail = "a worker token cannot sign in to the dashboard: use a team or admin token"
+    try:
+        access.admit(principal, Operation.use_dashboard)
+    except Forbidden:
+        detail = (
+            f"a {principal.role.value} token cannot sign in to the dashboard: use a team or "
+            "admin token"
+        )
         return await _login_page(request, next_path, detail, 403)
     _, sealed = ui.sealer.new_session(token)
     response = web.redirect(request, next_path)
@@ -137,10 +150,8 @@ async def logout(request: Request) -> Response:
 
 async def _pause(request: Request, name: str, paused: bool) -> Response:
     async def action(who: web.Viewer, fields: web.Form) -> Response:
-        await auth.authorize(
-            who.principal, auth.Action("update", "scheduledjobs", who.tenant, job_name(name))
-        )
-        await services(request).jobs.set_paused(who.tenant, job_name(name), paused, who.actor)
+        await web.allow(who, Operation.pause_job, job_name(name))
+        await services(request).jobs.set_paused(who.tenant, name, paused, who.actor)
         verb = "Paused" if paused else "Resumed"
         return web.redirect(request, _back(fields), ("ok", f"{verb} {name}."))
 
@@ -162,14 +173,10 @@ async def enqueue(name: str, request: Request) -> Response:
     svc = services(request)
 
     async def action(who: web.Viewer, fields: web.Form) -> Response:
-        await auth.authorize(
-            who.principal, auth.Action("create", "runs", who.tenant, job_name(name))
-        )
+        await web.allow(who, Operation.enqueue, job_name(name))
         if svc.quota is not None:
             await svc.quota.admit(who.tenant, 1)
-        run, created = await svc.jobs.enqueue(
-            who.tenant, job_name(name), EnqueueRequest(), who.actor
-        )
+        run, created = await svc.jobs.enqueue(who.tenant, name, EnqueueRequest(), who.actor)
         if created:
             svc.metrics.enqueued.inc()
         text = f"Enqueued run {run.run_id} of {name}: {run.state.value.replace('_', ' ')}."
@@ -188,9 +195,8 @@ async def cancel(run_id: str, request: Request) -> Response:
     svc = services(request)
 
     async def action(who: web.Viewer, fields: web.Form) -> Response:
-        found, _ = await owned_run(request, who, run_id)
-        await auth.authorize(who.principal, auth.Action("update", "runs", found.tenant, found.job))
-        run = await svc.jobs.cancel(run_id, who.actor, who.principal.scope())
+        _, _, scope = await owned_run(request, who, run_id, Operation.cancel_run)
+        run = await svc.jobs.cancel(run_id, who.actor, scope)
         text = (
             f"Asked the worker to stop run {run.run_id}."
             if run.state is State.leased
@@ -230,7 +236,7 @@ async def confirm(request: Request) -> Response:
         missing: list[str] = []
         for run_id in chosen:
             try:
-                run, _ = await owned_run(request, who, run_id)
+                run, _, _ = await owned_run(request, who, run_id, Operation.settle_dead)
             except TickworkError:
                 missing.append(run_id)
                 continue
@@ -264,11 +270,8 @@ async def _settle(request: Request, verb: str) -> Response:
         done, refused = 0, []
         for run_id in chosen:
             try:
-                found, _ = await owned_run(request, who, run_id)
-                await auth.authorize(
-                    who.principal, auth.Action("update", "dlq", found.tenant, found.job)
-                )
-                await operation(run_id, who.actor, who.principal.scope())
+                _, _, scope = await owned_run(request, who, run_id, Operation.settle_dead)
+                await operation(run_id, who.actor, scope)
                 done += 1
             except TickworkError as error:
                 refused.append(error.detail)

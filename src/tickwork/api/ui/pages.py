@@ -14,14 +14,15 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import auth, render
+from tickwork.api import access, render
+from tickwork.api.access import Operation
 from tickwork.api.services import services
 from tickwork.api.ui import chart, views, web
 from tickwork.api.ui.words import schedule_in_words
 from tickwork.core import hashing
-from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
+from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
 from tickwork.core.preview import fire_times
-from tickwork.core.records import PENDING, Run, State
+from tickwork.core.records import PENDING, Attempt, Run, Scope, State
 from tickwork.core.spec import check_name
 from tickwork.engine import audit, job_table, overview
 from tickwork.engine.cursors import Position
@@ -109,6 +110,7 @@ async def overview_page(request: Request) -> Response:
     svc = services(request)
 
     async def page(who: web.Viewer) -> Response:
+        await web.allow(who, Operation.list_runs)
         view = await overview.read(svc.engine.database, who.tenant, svc.engine.clock)
         totals = {
             "started": sum(m.started for m in view.minutes),
@@ -149,6 +151,7 @@ async def jobs_page(request: Request) -> Response:
     query = request.query_params
 
     async def page(who: web.Viewer) -> Response:
+        await web.allow(who, Operation.list_jobs)
         sort_text = query.get("sort") or "name"
         descending = sort_text.startswith("-")
         try:
@@ -210,7 +213,9 @@ async def job_page(name: str, request: Request) -> Response:
     svc = services(request)
 
     async def page(who: web.Viewer) -> Response:
-        view = await svc.jobs.get(who.tenant, job_name(name))
+        await web.allow(who, Operation.get_job, job_name(name))
+        await web.allow(who, Operation.list_runs)
+        view = await svc.jobs.get(who.tenant, name)
         document = render.job(view)
         runs, _ = await svc.jobs.runs_of_job(who.tenant, name, None, None, RECENT_RUNS)
         now = await overview.current_time(svc.engine.database, svc.engine.clock)
@@ -250,15 +255,13 @@ async def job_page(name: str, request: Request) -> Response:
     return await serve(request, page)
 
 
-async def owned_run(request: Request, who: web.Viewer, run_id: str) -> tuple[Run, list[Any]]:
-    """The run with its attempts, if the viewer may see it: another tenant's run is
-    reported as absent (an admin sees every run), as in the HTTP API."""
-    run, attempts = await services(request).jobs.run(run_id, who.principal.scope())
-    try:
-        await auth.authorize(who.principal, auth.Action("get", "runs", run.tenant, run.job))
-    except Forbidden:
-        raise NotFound(f"no run {run.run_id!r}", field="runId") from None
-    return run, attempts
+async def owned_run(
+    request: Request, who: web.Viewer, run_id: str, operation: Operation = Operation.get_run
+) -> tuple[Run, list[Attempt], Scope]:
+    """The run with its attempts if the viewer may do ``operation`` on it, and the scope
+    to act on it in: the API's own check (``access.run``), so a run the viewer may not
+    touch is absent, as one that does not exist."""
+    return await access.run(who.principal, operation, services(request).jobs, run_id)
 
 
 @router.get("/runs/{run_id}")
@@ -266,7 +269,7 @@ async def run_page(run_id: str, request: Request) -> Response:
     svc = services(request)
 
     async def page(who: web.Viewer) -> Response:
-        run, attempts = await owned_run(request, who, run_id)
+        run, attempts, _ = await owned_run(request, who, run_id)
         try:
             job = await svc.jobs.get(run.tenant, run.job)
             schedule = job.definition.spec.schedule
@@ -294,7 +297,7 @@ async def run_page(run_id: str, request: Request) -> Response:
 @router.get("/runs/{run_id}/payload")
 async def run_payload(run_id: str, request: Request) -> Response:
     async def page(who: web.Viewer) -> Response:
-        run, _ = await owned_run(request, who, run_id)
+        run, _, _ = await owned_run(request, who, run_id)
         body = (run.payload_json or "null").encode()
         response = Response(body, media_type="application/json")
         response.headers["Content-Disposition"] = (
@@ -311,7 +314,7 @@ async def dlq_page(request: Request) -> Response:
     query = request.query_params
 
     async def page(who: web.Viewer) -> Response:
-        await auth.authorize(who.principal, auth.Action("list", "dlq", who.tenant))
+        await web.allow(who, Operation.list_dead)
         job = _job_filter(query.get("job"))
         since = _parse_local(query.get("since"), "since")
         until = _parse_local(query.get("until"), "until")
@@ -352,7 +355,7 @@ async def audit_page(request: Request) -> Response:
     query = request.query_params
 
     async def page(who: web.Viewer) -> Response:
-        await auth.authorize(who.principal, auth.Action("list", "audit", who.tenant))
+        await web.allow(who, Operation.list_audit)
         job = _job_filter(query.get("job"))
         cursor_text = query.get("cursor")
         cursor = Position.decode(cursor_text) if cursor_text else None

@@ -21,11 +21,12 @@ from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
 from tickwork import __version__
-from tickwork.api import auth
+from tickwork.api import access
+from tickwork.api.access import Operation
 from tickwork.api.auth import Principal, Role
 from tickwork.api.services import Services, services
 from tickwork.api.ui import sessions, views
-from tickwork.core.errors import Forbidden, TickworkError
+from tickwork.core.errors import TickworkError
 from tickwork.engine import overview
 
 LIVE_HEADER: Final = "x-tickwork-live"
@@ -215,30 +216,27 @@ async def signed_in(request: Request) -> tuple[Principal, sessions.Session]:
     principal = await services(request).authenticator.authenticate(session.token)
     if principal is None:
         raise SignInNeeded()
-    if principal.role is Role.worker:
-        raise Forbidden("a worker token cannot use the dashboard")
+    access.admit(principal, Operation.use_dashboard)
     return principal, session
 
 
-def acting(principal: Principal, session: sessions.Session, tenant: str | None) -> Viewer:
-    """The viewer acting for ``tenant`` (its own when None or empty)."""
-    chosen = principal.tenant_for(tenant or None)
+def admitted(principal: Principal, session: sessions.Session, tenant: str | None) -> Viewer:
+    """The viewer acting for ``tenant`` (its own when None or empty). Each page and
+    action then asks ``allow`` for what it shows or does."""
+    chosen = access.acting_tenant(principal, Operation.use_dashboard, tenant or None)
     return Viewer(principal, session, chosen, acting_for=chosen != principal.tenant)
 
 
-async def admitted(principal: Principal, session: sessions.Session, tenant: str | None) -> Viewer:
-    """``acting``, once the principal may read the tenant's jobs: every page shows them
-    (a Kubernetes principal needs RBAC's ``list scheduledjobs`` in the namespace; each
-    action then asks for its own verb)."""
-    who = acting(principal, session, tenant)
-    await auth.authorize(principal, auth.Action("list", "scheduledjobs", who.tenant))
-    return who
+async def allow(who: Viewer, operation: Operation, name: str | None = None) -> None:
+    """Refuse unless the viewer may do ``operation`` in the tenant it acts for (on the
+    job ``name``): the API's own check of the same call (``access``)."""
+    await access.tenant(who.principal, operation, who.tenant, name)
 
 
 async def viewer(request: Request) -> Viewer:
     """The signed-in viewer acting for the URL's ``tenant``."""
     principal, session = await signed_in(request)
-    return await admitted(principal, session, request.query_params.get("tenant"))
+    return admitted(principal, session, request.query_params.get("tenant"))
 
 
 async def form(request: Request) -> Form:

@@ -482,3 +482,9 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 
 -- name: run_state
 SELECT state, tenant, queue FROM runs WHERE id = $1
+
+-- name: run_queues
+-- The queues of runs $1 in tenant $2, live or finished: what a Kubernetes caller's
+-- RBAC is asked about before its heartbeats or completions act (a repeated completion
+-- of a finished run answers as the first did, so finished runs count too).
+SELECT DISTINCT queue FROM runs WHERE id = ANY($1::bigint[]) AND tenant = $2

@@ -2,15 +2,17 @@
 -- new dead runs, and the canary's recent runs. Reads only; none is on a hot path.
 
 -- name: ready_backlog
--- Ready runs per queue and priority, and how long the oldest has waited ($1 now).
-SELECT queue,
+-- Ready runs per tenant, queue and priority, and how long the oldest has waited ($1
+-- now).
+SELECT tenant,
+       queue,
        priority,
        count(*) AS ready,
        greatest(extract(epoch FROM coalesce($1::timestamptz, now()) - min(ready_at)), 0)
            ::double precision AS oldest_seconds
 FROM live_runs
 WHERE state = 'ready'
-GROUP BY queue, priority
+GROUP BY tenant, queue, priority
 
 -- name: dead_between
 -- Runs that went dead in ($1, $2], per job: read through the partial index of dead
