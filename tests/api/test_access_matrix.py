@@ -757,3 +757,54 @@ async def test_every_dashboard_page_and_action_for_every_principal(world: World)
                         f"{page.method} {page.path} as {caller.name}: {seen.name}, not {want.name}"
                     )
     assert not wrong, "\n".join(wrong)
+
+
+def without_ids(response: httpx.Response, *run_ids: str) -> tuple[int, str]:
+    text = response.text
+    for run_id in run_ids:
+        text = text.replace(run_id, "<run>")
+    return response.status_code, text
+
+
+@pytest.mark.parametrize(
+    "name", ["worker of another queue", "worker of another tenant", "ServiceAccount without grants"]
+)
+async def test_a_caller_without_the_right_cannot_tell_a_run_that_exists(
+    world: World, name: str
+) -> None:
+    [caller] = [c for c in CALLERS if c.name == name]
+    held = await world.leased()
+    shard, number = held.run_id.removeprefix("r").split("-")
+    missing = f"r{shard}-{int(number) + 1000}"
+    token = held.fencing_token
+    calls: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("POST", "/v1/runs/{}/heartbeat", {"fencingToken": token, "extendSeconds": 60}),
+        ("POST", "/v1/runs/{}/complete", {"fencingToken": token, "outcome": "succeeded"}),
+        ("GET", "/v1/runs/{}", None),
+    ]
+    async with httpx.AsyncClient(base_url=world.url, headers=world.headers(caller)) as http:
+        for method, path, body in calls:
+            answers = [
+                without_ids(await http.request(method, path.format(run), json=body), run)
+                for run in (held.run_id, missing)
+            ]
+            assert answers[0] == answers[1], (path, answers)
+            assert answers[0][0] == 404, answers
+        for path, extra in [
+            ("/v1/runs:heartbeat", {"extendSeconds": 60}),
+            ("/v1/runs:complete", {"outcome": "succeeded"}),
+        ]:
+            items = [
+                {"runId": run, "fencingToken": token, **extra} for run in (held.run_id, missing)
+            ]
+            answer = await http.post(path, json={"items": items})
+            assert answer.status_code == 200, answer.text
+            first, second = answer.json()["items"]
+            assert first["problem"]["status"] == 404
+            assert without_ids(answer, held.run_id, missing)[1].count("<run>") == 4
+            assert {**first, "runId": "-", "problem": {**first["problem"], "detail": "-"}} == {
+                **second,
+                "runId": "-",
+                "problem": {**second["problem"], "detail": "-"},
+            }
+    assert await world.state(held.run_id) is State.leased  # nothing was done to it
