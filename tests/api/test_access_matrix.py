@@ -19,6 +19,7 @@ import itertools
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -668,6 +669,26 @@ async def world(kube: Emulator, database: Database) -> AsyncIterator[World]:
     finally:
         await server.stop()
         await api.close()
+
+
+SECURITY_DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+
+
+def documented_policy() -> dict[str, tuple[frozenset[str], tuple[str, str] | None]]:
+    """The policy table of docs/security.md, as ``DECLARED`` writes it."""
+    found = {}
+    for line in SECURITY_DOC.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not re.fullmatch(r"`[a-z]+\.[a-z]+`", cells[0]):
+            continue
+        roles = frozenset(re.sub(r"\([^)]*\)", "", cells[2]).replace(" ", "").split(","))
+        grant = re.findall(r"`([^`]+)`", cells[3])[:2]
+        found[cells[0].strip("`")] = (roles, (grant[0], grant[1]) if grant else None)
+    return found
+
+
+def test_the_security_page_documents_the_declared_policy() -> None:
+    assert documented_policy() == DECLARED
 
 
 def test_the_declared_policy_is_the_one_the_code_applies() -> None:
