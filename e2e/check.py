@@ -137,7 +137,9 @@ def main() -> None:
     options = parser.parse_args()
 
     wait_for("every example ScheduledJob is Ready", ready_jobs, 120)
-    token = kubectl("-n", TEAM, "create", "token", "example-worker", "--duration", "1h").strip()
+    # Issued for the audience the dispatcher accepts by default, as the worker's token.
+    create = ["create", "token", "example-worker", "--audience=tickwork", "--duration=1h"]
+    token = kubectl("-n", TEAM, *create).strip()
     dispatcher = f"{options.release}-tickwork-dispatcher"
     with port_forward(options.namespace, dispatcher) as url:
         api = Api(url, token)

@@ -64,6 +64,9 @@ helm upgrade --install "$RELEASE" charts/tickwork \
   --wait --timeout 10m
 
 log "applying the examples and starting the example worker"
+# The chart's NetworkPolicies let the namespaces labelled for workers call the
+# dispatcher (the teams' namespaces too; the label is what other namespaces need).
+kubectl label namespace default tickwork.dev/workers=true --overwrite
 kubectl apply -f examples/jobs/
 kubectl -n default create configmap example-worker --from-file=worker.py=examples/worker.py \
   --dry-run=client -o yaml | kubectl apply -f -

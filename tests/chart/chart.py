@@ -35,7 +35,49 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "dashboard": {"enabled": True},
         },
         "operator": {"webhook": {"certManager": {"enabled": True}}},
-        "dispatcher": {"authAudiences": ["tickwork"], "uiSecret": {"existingSecret": "ui"}},
+        "dispatcher": {
+            "authAudiences": ["tickwork", "https://kubernetes.default.svc"],
+            "uiSecret": {"existingSecret": "ui"},
+            "trustedProxies": ["10.0.0.0/8", "192.168.1.10"],
+            "tls": {
+                "enabled": True,
+                "certManager": {"enabled": True, "dnsNames": ["tickwork.example.internal"]},
+            },
+        },
+        "networkPolicy": {
+            "workers": [
+                {
+                    "namespaceSelector": {
+                        "matchExpressions": [
+                            {"key": "tickwork.dev/workers", "operator": "In", "values": ["yes"]}
+                        ]
+                    }
+                },
+                {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.1.0/24"]}},
+            ],
+            "ingressController": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "in"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}},
+                }
+            ],
+            "monitoring": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "m"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+                },
+                {"podSelector": {"matchLabels": {"app": "local-prometheus"}}},
+            ],
+            "egress": {
+                "enabled": True,
+                "extraRules": [
+                    {
+                        "to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}],
+                        "ports": [{"port": 443, "protocol": "TCP"}],
+                    }
+                ],
+            },
+        },
         "teams": [
             {"namespace": "team-a", "serviceAccount": "worker", "queues": ["reports"]},
             {"namespace": "team-b", "serviceAccount": "exporter", "queues": ["billing", "x"]},
@@ -62,7 +104,21 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "tokens": {"existingSecret": "tickwork-tokens"},
             "autoscaling": {"enabled": False},
             "replicas": 3,
+            "trustedProxies": ["*"],
+            "tls": {
+                "enabled": True,
+                "existingSecret": "tickwork-dispatcher-tls",
+                "certManager": {"issuerRef": {"name": "ca", "kind": "ClusterIssuer"}},
+            },
         },
+        "metrics": {
+            "serviceMonitor": {
+                "enabled": True,
+                "tlsConfig": {"insecureSkipVerify": True},
+                "bearerTokenFile": "/etc/prometheus/tickwork/token",
+            }
+        },
+        "networkPolicy": {"enabled": False},
         "logFormat": "text",
         "migrate": {"enabled": False},
     },
@@ -71,6 +127,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "shards": 2,
         "operator": {"webhook": {"enabled": False}, "replicas": 1, "antiAffinity": "hard"},
         "postgresql": {"enabled": False},
+        # Nobody but the release's namespace: no rule admits more.
+        "networkPolicy": {"workers": [], "ingressController": [], "monitoring": []},
     },
 }
 

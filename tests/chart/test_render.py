@@ -284,7 +284,8 @@ def test_webhook_tls_self_signed_or_cert_manager() -> None:
     assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
     annotation = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
     assert annotation == f"{NAMESPACE}/tw-tickwork-webhook-tls"
-    assert managed.kinds("Certificate")[0]["spec"]["secretName"] == "tw-tickwork-webhook-tls"
+    webhook_certificate = managed.one("Certificate", "tw-tickwork-webhook-tls")
+    assert webhook_certificate["spec"]["secretName"] == "tw-tickwork-webhook-tls"
     assert not [s for s in managed.kinds("Secret") if s["metadata"]["name"].endswith("-tls")]
     issued = rendered("namespaced").kinds("Certificate")[0]["spec"]["issuerRef"]
     assert issued == {"name": "ca", "kind": "ClusterIssuer"}

@@ -126,3 +126,53 @@ securityContext:
   resources: ["events"]
   verbs: ["create"]
 {{- end -}}
+
+{{/* The dispatcher's serving certificate: an existing Secret, or cert-manager's. */}}
+{{- define "tickwork.dispatcherTlsSecret" -}}
+{{- if .Values.dispatcher.tls.existingSecret -}}
+{{- .Values.dispatcher.tls.existingSecret -}}
+{{- else -}}
+{{- printf "%s-dispatcher-tls" (include "tickwork.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name of the dispatcher's port, and of its Service's: what it speaks. */}}
+{{- define "tickwork.dispatcherPort" -}}
+{{- if .Values.dispatcher.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
+{{/* A probe's httpGet on the dispatcher's port. */}}
+{{- define "tickwork.dispatcherProbe" -}}
+httpGet:
+  path: {{ .path }}
+  port: {{ include "tickwork.dispatcherPort" .root }}
+  {{- if .root.Values.dispatcher.tls.enabled }}
+  scheme: HTTPS
+  {{- end }}
+{{- end -}}
+
+{{/* policyTypes and egress of a tickwork role's NetworkPolicy. */}}
+{{- define "tickwork.policyEgress" -}}
+{{- $egress := .Values.networkPolicy.egress -}}
+{{- if $egress.enabled -}}
+policyTypes: [Ingress, Egress]
+egress:
+  # Name lookups, to wherever the cluster's resolver is (a node-local cache too).
+  - ports:
+      - {port: 53, protocol: UDP}
+      - {port: 53, protocol: TCP}
+  {{- if .Values.postgresql.enabled }}
+  - to:
+      - podSelector:
+          matchLabels:
+            {{- include "tickwork.selectorLabels" (dict "root" . "component" "postgresql") | nindent 12 }}
+    ports:
+      - {port: 5432, protocol: TCP}
+  {{- end }}
+  {{- with $egress.extraRules }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- else -}}
+policyTypes: [Ingress]
+{{- end -}}
+{{- end -}}

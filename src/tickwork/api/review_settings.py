@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tickwork.core.settings import DEFAULT_AUDIENCES
+
 
 @dataclass(frozen=True, slots=True)
 class ReviewSettings:
@@ -19,5 +21,7 @@ class ReviewSettings:
     cache_size: int = 10_000
     # Seconds one review may take before the call is refused with 503.
     timeout_seconds: float = 2.0
-    # Audiences the token must be valid for (empty: the API server's own).
-    audiences: tuple[str, ...] = ()
+    # Audiences the token must be valid for: a worker's projected token is issued for
+    # ``tickwork``, so a token that also opens the API server is refused unless named.
+    # Empty: the API server's own (any pod's default token would do).
+    audiences: tuple[str, ...] = DEFAULT_AUDIENCES

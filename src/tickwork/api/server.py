@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
+import os
 import socket
+import ssl
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Final
 
 import uvicorn
@@ -16,6 +20,8 @@ from tickwork.api import edge
 from tickwork.core.settings import EdgeSettings
 
 _EDGE: Final = EdgeSettings()
+
+log = logging.getLogger(__name__)
 
 
 class CannotListen(Exception):
@@ -48,6 +54,33 @@ def listen(host: str, port: int, backlog: int = _EDGE.backlog) -> socket.socket:
         raise CannotListen(host, port, error.strerror or str(error)) from error
     sock.setblocking(False)
     return sock
+
+
+class BadCertificate(Exception):
+    """The TLS certificate or key cannot be loaded; ``str()`` says why, in one line."""
+
+
+def check_tls(limits: EdgeSettings) -> None:
+    """Load the certificate and key now, so a role says what is wrong with them in one
+    line before it starts anything else (uvicorn would fail inside its task)."""
+    if limits.tls_cert_file is None:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(limits.tls_cert_file, limits.tls_key_file)
+    except OSError as error:  # ssl.SSLError is one
+        raise BadCertificate(
+            f"cannot serve TLS with {limits.tls_cert_file} and {limits.tls_key_file}: "
+            f"{error.strerror or error}"
+        ) from error
+
+
+def _stamp(*paths: Path) -> tuple[tuple[int, int, int], ...] | None:
+    """What changes when a file is rewritten or its Secret volume swapped in anew."""
+    try:
+        return tuple((s.st_ino, s.st_size, s.st_mtime_ns) for s in map(os.stat, paths))
+    except OSError:
+        return None
 
 
 class _QuietServer(uvicorn.Server):
@@ -86,9 +119,18 @@ class HttpServer:
                 ws="none",  # no WebSocket routes: refuse upgrades rather than hand off
                 backlog=limits.backlog,
                 timeout_keep_alive=limits.keep_alive_seconds,
+                # Given explicitly: uvicorn would otherwise take FORWARDED_ALLOW_IPS
+                # from the environment, and its default has changed between versions.
+                # Only these peers may say the scheme was HTTPS (the dashboard's
+                # Secure cookies and Origin check believe it).
+                proxy_headers=bool(limits.forwarded_allow_ips),
+                forwarded_allow_ips=list(limits.forwarded_allow_ips),
+                ssl_certfile=limits.tls_cert_file,
+                ssl_keyfile=limits.tls_key_file,
             )
         )
         self._task: asyncio.Task[None] | None = None
+        self._reloading: asyncio.Task[None] | None = None
         self._sock = sock
         self.host = host
         self._port = port
@@ -101,7 +143,8 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.limits.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self) -> str:
         """Serve in the background; return the URL once the socket is listening.
@@ -114,9 +157,44 @@ class HttpServer:
                 self._task.result()  # raises the start-up error (port in use, ...)
                 raise RuntimeError("the HTTP server stopped during start-up")
             await asyncio.sleep(0.01)
+        if self.limits.tls:
+            self._reloading = asyncio.create_task(self._reload_certificate())
         return self.url
 
+    async def _reload_certificate(self) -> None:
+        """Load the certificate files again when they change, into the context uvicorn
+        serves from: new connections get the new pair, open ones keep theirs. A pair
+        that does not load (a half-written file) is logged and the old one kept."""
+        context = self._server.config.ssl
+        cert, key = self.limits.tls_cert_file, self.limits.tls_key_file
+        assert context is not None and cert is not None and key is not None
+        seen = _stamp(cert, key)
+        while True:
+            await asyncio.sleep(self.limits.tls_reload_seconds)
+            stamp = _stamp(cert, key)
+            if stamp == seen:
+                continue
+            seen = stamp
+            try:
+                # Into a scratch context first: a failed load can leave a context
+                # holding the new certificate with the old key.
+                check_tls(self.limits)
+                context.load_cert_chain(cert, key)
+            except (BadCertificate, OSError) as error:
+                log.warning(
+                    "kept the TLS certificate served so far: %s",
+                    error,
+                    extra={"action": "tls-reload-failed"},
+                )
+            else:
+                log.info("serving the renewed TLS certificate", extra={"action": "tls-reloaded"})
+
     async def stop(self) -> None:
+        if self._reloading is not None:
+            self._reloading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloading
+            self._reloading = None
         if self._task is None:
             return
         self._server.should_exit = True

@@ -16,7 +16,7 @@ import click
 
 from tickwork.api.app import create_app
 from tickwork.api.auth import StaticTokens
-from tickwork.api.server import HttpServer
+from tickwork.api.server import BadCertificate, HttpServer, check_tls
 from tickwork.cli import options, runtime
 from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
@@ -137,6 +137,10 @@ def dispatcher(**given: Any) -> None:
     api = options.with_quotas_of(settings.api, tokens)
     reviews = options.review_settings(settings.kubernetes)
     metrics = Metrics(job_labels=options.job_labels(settings.metrics))
+    try:
+        check_tls(settings.edge)
+    except BadCertificate as error:
+        raise click.ClickException(str(error)) from error
     listener = options.listen("dispatcher", settings.host, settings.port)
 
     async def main() -> None:

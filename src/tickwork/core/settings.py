@@ -18,12 +18,13 @@ Protocol limits (what a client may send) are not settings: they live in ``limits
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
 from tickwork.core import fairness, limits
@@ -180,6 +181,11 @@ class MetricsSettings(Settings):
     """Jobs with series of their own at most, per process."""
 
 
+# The audience of the token a worker presents (docs/operations.md, worker
+# authentication): one the API server itself does not accept.
+DEFAULT_AUDIENCES: Final = ("tickwork",)
+
+
 class KubernetesAuthSettings(Settings):
     """``--auth kubernetes``: ServiceAccount tokens checked with TokenReview, each call
     authorised with SubjectAccessReview on the ``tickwork.dev`` API group (namespace =
@@ -193,9 +199,12 @@ class KubernetesAuthSettings(Settings):
 
     audiences: Annotated[
         tuple[str, ...], Option("--auth-audience", env="TICKWORK_AUTH_AUDIENCE")
-    ] = ()
-    """An audience the ServiceAccount token must be issued for, repeatable (a projected
-    token with this audience cannot be replayed to the API server)."""
+    ] = DEFAULT_AUDIENCES
+    """An audience the ServiceAccount token must be issued for, repeatable: a token
+    issued for none of them is refused (401). Workers present a projected token with
+    audience ``tickwork``, which cannot be replayed to the API server; a pod's default
+    token is issued for the API server, so accepting it means naming the API server's
+    audience here as well."""
 
     cache_size: Annotated[int, Field(ge=1)] = 10_000
     """Answers each cache holds at most (least recently used go first)."""
@@ -203,6 +212,20 @@ class KubernetesAuthSettings(Settings):
     timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
     """Seconds one review may take before the call is refused with 503
     auth-unavailable."""
+
+    @field_validator("audiences", mode="before")
+    @classmethod
+    def _audiences(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = (value,)
+        if not isinstance(value, tuple | list):
+            return value
+        # An empty list would fall back to the API server's own audiences, so that a
+        # token stolen from any pod would do: refuse it rather than widen silently.
+        found = tuple(word for item in value for word in str(item).split())
+        if not found:
+            raise ValueError("give at least one audience (the default is tickwork)")
+        return found
 
 
 # --- the roles ---
@@ -375,7 +398,7 @@ class SchedulerSettings(Settings):
 
 class EdgeSettings(Settings):
     """What one API process accepts from the network (see ``docs/http-api.md``, the
-    HTTP edge)."""
+    HTTP edge), whether it speaks TLS, and whom it believes about the scheme."""
 
     max_header_bytes: Annotated[int, Field(ge=1024)] = limits.MAX_HEADER_BYTES
     """Request line and headers together; more is answered 431."""
@@ -398,6 +421,69 @@ class EdgeSettings(Settings):
     linger_seconds: Annotated[float, Field(ge=0)] = 5.0
     """After an answer given before its request arrived whole: how long the rest is
     read (and thrown away) so the client can read the answer, before the close."""
+
+    tls_cert_file: Annotated[
+        Path | None, Option("--tls-cert", env="TICKWORK_TLS_CERT", path="file", exists=True)
+    ] = None
+    """PEM certificate (chain) to serve HTTPS with, together with ``--tls-key``; without
+    both the API speaks plain HTTP."""
+
+    tls_key_file: Annotated[
+        Path | None,
+        Field(validate_default=True),
+        Option("--tls-key", env="TICKWORK_TLS_KEY", path="file", exists=True),
+    ] = None
+    """PEM private key of ``--tls-cert``."""
+
+    tls_reload_seconds: Annotated[float, Field(gt=0)] = 60.0
+    """Seconds between looks at the certificate and key files: a renewed pair (a
+    Secret cert-manager rewrote) is served to new connections without a restart."""
+
+    forwarded_allow_ips: Annotated[
+        tuple[str, ...],
+        # Not "127.0.0.1/::1", which reads as a network.
+        Field(json_schema_extra={"shown": "127.0.0.1 ::1"}),
+        Option("--forwarded-allow-ips", env="TICKWORK_FORWARDED_ALLOW_IPS"),
+    ] = ("127.0.0.1", "::1")
+    """Addresses or networks (``10.0.0.0/8``) of the proxies whose
+    ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed (the scheme and the
+    client's address), repeatable or comma-separated; empty: nobody's. ``*`` believes
+    every client, which lets anyone claim HTTPS (the dashboard's Secure cookies and
+    Origin check rely on it) or another address."""
+
+    @field_validator("forwarded_allow_ips", mode="before")
+    @classmethod
+    def _addresses(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = (value,)
+        if not isinstance(value, tuple | list):
+            return value
+        found = tuple(word for item in value for word in str(item).replace(",", " ").split())
+        if "*" in found:
+            if len(found) > 1:
+                # uvicorn would read a "*" among addresses as a host name that never
+                # matches: say so instead of trusting less than was asked.
+                raise ValueError("'*' stands alone: it already trusts every address")
+            return found
+        for item in found:
+            # uvicorn takes what it cannot parse for a host name, which never matches a
+            # client address: a typo would silently trust nobody.
+            if "/" in item:
+                ipaddress.ip_network(item)
+            else:
+                ipaddress.ip_address(item)
+        return found
+
+    @field_validator("tls_key_file")
+    @classmethod
+    def _key_with_cert(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if (info.data.get("tls_cert_file") is None) != (value is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        return value
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
 
 
 class ApiSettings(Settings):
