@@ -216,12 +216,22 @@ def test_invalid_tenants(tenant: str) -> None:
         spec.check_tenant(tenant)
 
 
-@pytest.mark.parametrize("name", ["export-invoices", "a.b.c", "x", "a" * 253])
+@pytest.mark.parametrize(
+    "name", ["export-invoices", "a.b.c", "x", "a" * 253, "0-a.b-0", "a." + "b" * 251]
+)
 def test_valid_job_names(name: str) -> None:
     spec.check_name(name)
 
 
 @pytest.mark.parametrize("name", ["", "Export", "a_b", ".a", "a.", "a" * 254, "a/b"])
 def test_invalid_job_names(name: str) -> None:
+    with pytest.raises(ValueError, match="job name"):
+        spec.check_name(name)
+
+
+# Each dot-separated label starts and ends with a letter or digit, as Kubernetes
+# requires of an object name: none of these could be a ScheduledJob's.
+@pytest.mark.parametrize("name", ["a..b", "a.-b", "a-.b", "a.b..c"])
+def test_a_name_whose_labels_do_not_start_and_end_alphanumeric_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match="job name"):
         spec.check_name(name)

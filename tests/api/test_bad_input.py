@@ -160,6 +160,18 @@ async def test_a_trailing_newline_passes_no_name_check(api_server: ApiServer) ->
         assert_problem(lease, 400, "invalid-request", "queues[0]")
 
 
+async def test_a_name_that_is_no_dns_subdomain_is_refused_naming_it(
+    api_server: ApiServer,
+) -> None:
+    # "a..b" could never be a ScheduledJob's name: an empty label between the dots.
+    async with client(api_server, api_server.team_token) as team:
+        for name in ("a..b", "a.-b", "a-.b"):
+            response = await team.put(f"/v1/jobs/{name}", json={})
+            problem = assert_problem(response, 400, "invalid-request", "name")
+            assert "DNS-1123 subdomain" in problem["detail"]
+            assert (await team.get("/v1/jobs")).json()["items"] == []
+
+
 COERCED = [
     ({"paused": "yes"}, "paused"),
     ({"paused": 1}, "paused"),

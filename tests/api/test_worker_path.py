@@ -156,6 +156,7 @@ async def test_lease_request_is_validated(api_server: ApiServer) -> None:
             ({"queues": ["default"], "max": 0}, "max"),
             ({"queues": ["default"], "max": 101}, "max"),
             ({"queues": ["default"], "max": 1.5}, "max"),
+            ({"queues": ["default"], "max": 5.0}, "max"),
             ({"queues": ["default"], "leaseSeconds": 0}, "leaseSeconds"),
             ({"queues": ["default"], "leaseSeconds": 21_601}, "leaseSeconds"),
             ({"queues": ["default"], "waitSeconds": 21}, "waitSeconds"),

@@ -48,7 +48,7 @@ async def test_503_while_postgres_starts_up(fault_url: str, proxies: list[TcpPro
         readiness = await http.get("/readyz")
         assert readiness.status_code == 503, readiness.text
         assert readiness.json()["down"] == list(range(SHARDS))
-        assert "starting up" in readiness.json()["problems"][0]
+        assert readiness.json()["problems"][0] == "shard 0: unreachable (starting up)"
         assert_store_unavailable(await http.get("/v1/jobs/report"))
         assert_store_unavailable(await http.put("/v1/jobs/other", json={}))
         for proxy in proxies:
@@ -71,7 +71,8 @@ async def test_readyz_is_prompt_and_names_the_shard_while_a_link_hangs(
             assert time.monotonic() - started < 1.5
             assert readiness.status_code == 503
             assert readiness.json()["down"] == [2]
-            assert "shard 2 unreachable" in readiness.json()["problems"][0]
+            [problem] = readiness.json()["problems"]
+            assert problem.startswith("shard 2: unreachable"), problem
         started = time.monotonic()
         assert_store_unavailable(await http.get(f"/v1/jobs/{name}"))
         assert time.monotonic() - started < 2.0  # the pool's bounds, not a hang

@@ -93,11 +93,41 @@ def _hoist_definitions(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
+# FastAPI's OpenAPI model reads these keywords as floats: 2**63, a fencing token's
+# bound, would be written 9.223372036854776e+18, which a reader taking the decimal as
+# written (a request generator) reads as 2**63 + 192.
+_NUMERIC_KEYWORDS: Final = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)
+
+
+def _exact_bounds(node: Any) -> Any:
+    """``node`` with the integral float values of numeric keywords back as integers
+    (exact: every bound in the models is an integer a float holds exactly)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _NUMERIC_KEYWORDS and isinstance(value, float) and value.is_integer():
+                node[key] = int(value)
+            else:
+                _exact_bounds(value)
+    elif isinstance(node, list):
+        for item in node:
+            _exact_bounds(item)
+    return node
+
+
 _PROBLEM_REF: Final = {"$ref": "#/components/schemas/Problem"}
+_VALIDATION_ERROR_REF: Final = "#/components/schemas/HTTPValidationError"
 
 
 def _problem(description: str) -> dict[str, Any]:
     return {"description": description, "content": {problems.MEDIA_TYPE: {"schema": _PROBLEM_REF}}}
+
+
+def _is_problem(answer: dict[str, Any]) -> bool:
+    """An error answer documented without a body, or with the Problem model."""
+    content = answer.get("content")
+    return not content or all(media.get("schema") == _PROBLEM_REF for media in content.values())
 
 
 def _document_problems(document: dict[str, Any]) -> dict[str, Any]:
@@ -105,21 +135,27 @@ def _document_problems(document: dict[str, Any]) -> dict[str, Any]:
 
     FastAPI documents every response model as ``application/json`` and adds a 422
     "Validation Error" of its own shape to routes with parameters; tickwork answers
-    every error as ``application/problem+json`` and refuses invalid input with 400.
-    Every route that needs a token can answer 401, and every request body can be over
-    the body limit (413).
+    every error as ``application/problem+json`` and refuses invalid input with 400 (a
+    route's own 422, such as idempotency-key-reused, stays). An error answer documented
+    with a model of its own (``/readyz``'s 503) keeps it. Every route that needs a token
+    can answer 401, and 503 when the store or the identity provider cannot be reached;
+    every request body can be over the body limit (413).
     """
     for operations in document.get("paths", {}).values():
         for operation in operations.values():
             if not isinstance(operation, dict):
                 continue
             answers: dict[str, Any] = operation.setdefault("responses", {})
-            answers.pop("422", None)
+            if _VALIDATION_ERROR_REF in orjson.dumps(answers.get("422", {})).decode():
+                del answers["422"]
             for status, answer in answers.items():
-                if status.isdigit() and int(status) >= 400:
+                if status.isdigit() and int(status) >= 400 and _is_problem(answer):
                     answer["content"] = {problems.MEDIA_TYPE: {"schema": _PROBLEM_REF}}
             if operation.get("security"):
                 answers.setdefault("401", _problem("unauthenticated"))
+                answers.setdefault(
+                    "503", _problem("store-unavailable / auth-unavailable (see Retry-After)")
+                )
             if "requestBody" in operation:
                 answers.setdefault("413", _problem("payload-too-large (request body)"))
     schemas = document.get("components", {}).get("schemas", {})
@@ -154,7 +190,8 @@ def create_app(services: Services) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = _document_problems(_hoist_definitions(FastAPI.openapi(app)))
+            document = _hoist_definitions(FastAPI.openapi(app))
+            app.openapi_schema = _exact_bounds(_document_problems(document))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -164,12 +201,14 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(jobs_routes.router)
     app.include_router(audit_routes.router)
     dashboard.install(app, services)
-    # Outermost last: the body deadline, then authentication (before any body is read),
-    # then the body size limit, then the hot calls (fast_path).
+    # Outermost last: a client gone before its body was read (not an error), the body
+    # deadline, then authentication (before any body is read), then the body size
+    # limit, then the hot calls (fast_path).
     app.add_middleware(fast_path.FastPath)
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     app.add_middleware(
         auth.Authenticate, authenticator=services.authenticator, throttle=services.throttle
     )
     app.add_middleware(edge.BodyDeadline, seconds=services.settings.body_timeout_seconds)
+    app.add_middleware(edge.ClientGone)
     return app

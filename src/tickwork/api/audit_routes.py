@@ -31,7 +31,10 @@ router = APIRouter(prefix="/v1")
 async def list_audit(
     caller: Annotated[Principal, Depends(principal)],
     svc: Annotated[Services, Depends(services_dependency)],
-    job: Annotated[str | None, Query(description="Only this job's entries.")] = None,
+    job: Annotated[
+        str | None,
+        Query(description="Only this job's entries.", json_schema_extra=models.NAME_SCHEMA),
+    ] = None,
     cursor: Annotated[str | None, Query(description="nextCursor of the previous page.")] = None,
     limit: Annotated[
         int | None,
@@ -42,7 +45,11 @@ async def list_audit(
         ),
     ] = None,
     tenant: Annotated[
-        str | None, Query(description="Admin tokens only: act for this tenant.")
+        str | None,
+        Query(
+            description="Admin tokens only: act for this tenant.",
+            json_schema_extra=models.TENANT_SCHEMA,
+        ),
     ] = None,
 ) -> Response:
     owner = await access.tenant(caller, access.Operation.list_audit, tenant)

@@ -24,22 +24,29 @@ a request's headers are complete, counting the slow connections it should shed. 
   then the connection is closed. Closing at once would make the kernel answer the
   client's next bytes with a reset, which can destroy the answer before the client
   reads it; never closing would let an unread body hold the connection for good.
+- ``ClientGone`` (ASGI, outermost) ends quietly a request whose client went away before
+  its body was read: Starlette raises ``ClientDisconnect`` from the read, which the
+  server-error handler and uvicorn each logged as an error with a traceback (a client
+  that times out is not a server error), and no one is left to read a 500.
 """
 
 from __future__ import annotations
 
 import asyncio
 import http
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Final
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tickwork.api import problems, render
 from tickwork.core.errors import HeadersTooLarge, RequestTimeout, ServerBusy, TickworkError
 from tickwork.core.settings import EdgeSettings
+
+logger = logging.getLogger(__name__)
 
 
 def raw_response(error: TickworkError) -> bytes:
@@ -280,3 +287,30 @@ class BodyDeadline:
             return message
 
         await self.app(scope, timed_receive, send)
+
+
+class ClientGone:
+    """A request whose client went away before its body was read ends here: logged at
+    INFO (action ``client-gone``), without a traceback, and not answered."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            closing = scope.get("extensions", {}).get(CLIENT_GONE)
+            if closing is not None and not closing():
+                # Starlette says "disconnect" too for a body read after the answer:
+                # a bug of the route, with its client still there.
+                raise
+            logger.info(
+                "%s %s: the client went away before the request was read",
+                scope.get("method", ""),
+                scope.get("path", ""),
+                extra={"action": "client-gone"},
+            )

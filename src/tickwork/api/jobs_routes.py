@@ -25,9 +25,18 @@ router = APIRouter(prefix="/v1")
 
 Caller = Annotated[Principal, Depends(principal)]
 Svc = Annotated[Services, Depends(services_dependency)]
-JobName = Annotated[str, Path(description="The job's name (DNS-1123 subdomain).")]
+JobName = Annotated[
+    str,
+    Path(description="The job's name (DNS-1123 subdomain).", json_schema_extra=models.NAME_SCHEMA),
+]
 RunId = Annotated[str, Path(alias="runId", description="The run's id.")]
-TenantParam = Annotated[str | None, Query(description="Admin tokens only: act for this tenant.")]
+TenantParam = Annotated[
+    str | None,
+    Query(
+        description="Admin tokens only: act for this tenant.",
+        json_schema_extra=models.TENANT_SCHEMA,
+    ),
+]
 Limit = Annotated[
     int | None,
     Query(
@@ -64,8 +73,6 @@ def _job_name(name: str) -> str:
     except ValueError as error:
         raise NotFound(str(error), field="name") from error
     return name
-
-
 
 
 def _limit(svc: Services, limit: int | None) -> int:
@@ -153,7 +160,7 @@ async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam =
 @router.delete(
     "/jobs/{name}",
     summary="Delete a job: cancel its pending runs, keep history",
-    responses={200: {"description": "What was cancelled."}, **_managed_errors},
+    responses={200: {"model": models.DeletedJob}, **_managed_errors},
 )
 async def delete_job(
     name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -420,7 +427,10 @@ async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
 async def list_dead(
     caller: Caller,
     svc: Svc,
-    job: Annotated[str | None, Query(description="Only this job's dead runs.")] = None,
+    job: Annotated[
+        str | None,
+        Query(description="Only this job's dead runs.", json_schema_extra=models.NAME_SCHEMA),
+    ] = None,
     cursor: Cursor = None,
     limit: Limit = None,
     tenant: TenantParam = None,

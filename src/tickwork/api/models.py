@@ -4,12 +4,16 @@ Cold routes validate requests with these models (through ``bodies``: camelCase o
 no coercion); the hot worker routes parse by hand (see ``worker_routes``) but document
 themselves with the same models, so ``/openapi.json`` describes every route. Bounds
 come from ``core.limits``.
+
+The response models describe what ``render`` writes: a field it always writes is
+required (nullable where it can be null), one it leaves out when it has no value is
+optional and never null. tests/api/test_openapi_fuzz.py holds the routes to both.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -24,6 +28,7 @@ from pydantic import (
     field_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from tickwork.core import limits, spec
@@ -46,6 +51,27 @@ text_problem = spec.text_problem
 json_problem = spec.json_problem
 check_instant = spec.check_instant
 
+# Documentation of parameters the routes check themselves (``json_schema_extra``, not
+# ``pattern=``: FastAPI would refuse a mismatch with its own problem before the route's).
+NAME_SCHEMA: Final[dict[str, Any]] = {
+    "pattern": spec.NAME_PATTERN,
+    "maxLength": limits.MAX_NAME_LENGTH,
+}
+TENANT_SCHEMA: Final[dict[str, Any]] = {
+    "pattern": spec.TENANT_PATTERN,
+    "maxLength": limits.MAX_TENANT_LENGTH,
+}
+
+
+def _never_null(schema: dict[str, Any]) -> None:
+    """``json_schema_extra`` of a field typed ``X | SkipJsonSchema[None]``: the field is
+    left out rather than null, so its schema has no ``default: null`` either."""
+    schema.pop("default", None)
+
+
+# A request gives at most one of the two (the other is then refused naming runAt).
+_ONE_WHEN: Final[dict[str, Any]] = {"not": {"required": ["runAt", "delaySeconds"]}}
+
 
 class Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
@@ -57,7 +83,28 @@ class Problem(Model):
     title: str
     status: int
     detail: str
-    field: str | None = None
+    field: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description="The offending field, where there is one (left out otherwise).",
+        json_schema_extra=_never_null,
+    )
+
+
+class Health(Model):
+    status: Literal["ok"]
+
+
+class Ready(Model):
+    status: Literal["ready"]
+    shards: int
+
+
+class NotReady(Model):
+    """``/readyz`` when a shard is down: not a problem document, a status like 200's."""
+
+    status: Literal["unavailable"]
+    problems: list[str] = Field(description="Why, one line per shard.")
+    down: list[int] = Field(description="The shards that are down, unreachable or not migrated.")
 
 
 class LastRun(Model):
@@ -89,6 +136,13 @@ class Job(Model):
     updated_at: datetime
 
 
+class DeletedJob(Model):
+    name: str
+    tenant: str
+    cancelled_runs: int = Field(description="Pending runs cancelled.")
+    cancel_requested_runs: int = Field(description="Leased runs asked to stop.")
+
+
 class JobPage(Model):
     items: list[Job]
     next_cursor: str | None
@@ -99,8 +153,10 @@ class Attempt(Model):
     worker_id: str | None
     leased_at: datetime
     finished_at: datetime | None
-    outcome: str | None
-    error: JsonValue = None
+    outcome: Literal["succeeded", "failed", "lease-expired", "cancelled"] | None = Field(
+        description="null while the attempt is in flight."
+    )
+    error: JsonValue
 
 
 class Run(Model):
@@ -115,8 +171,8 @@ class Run(Model):
     due_at: datetime
     ready_at: datetime
     idempotency_key: str
-    payload: JsonValue = None
-    last_error: JsonValue = None
+    payload: JsonValue
+    last_error: JsonValue
     cancel_requested: bool
     created_at: datetime
     finished_at: datetime | None
@@ -141,9 +197,7 @@ class AuditEntry(Model):
         examples=["replay"],
     )
     actor: str = Field(description="Who: the token's name, or `manifests`, `operator`, ...")
-    detail: JsonValue = Field(
-        default=None, description="What changed, by action (e.g. the new generation)."
-    )
+    detail: JsonValue = Field(description="What changed, by action (e.g. the new generation).")
 
 
 class AuditPage(Model):
@@ -153,6 +207,8 @@ class AuditPage(Model):
 
 class EnqueueRequest(Model):
     """Enqueue a run now (neither field), at ``runAt``, or after ``delaySeconds``."""
+
+    model_config = ConfigDict(json_schema_extra=_ONE_WHEN)
 
     run_at: Instant | None = Field(default=None, description="Run at this instant.")
     delay_seconds: StrictFloat | None = Field(
@@ -183,6 +239,8 @@ class EnqueueRequest(Model):
 
 
 class BatchEnqueueItem(Model):
+    model_config = ConfigDict(json_schema_extra=_ONE_WHEN)
+
     run_at: Instant | None = None
     delay_seconds: StrictFloat | None = Field(default=None, ge=0, le=limits.MAX_DELAY_SECONDS)
     payload: spec.Payload = None
@@ -213,8 +271,12 @@ class BatchEnqueueRequest(Model):
     runs: list[BatchEnqueueItem] = Field(min_length=1, max_length=limits.MAX_ENQUEUE_BATCH)
 
 
+class ItemProblem(Model):
+    problem: Problem
+
+
 class BatchEnqueueResponse(Model):
-    items: list[dict[str, Any]] = Field(
+    items: list[Run | ItemProblem] = Field(
         description='In request order: a Run, or {"problem": Problem}.'
     )
 
@@ -223,9 +285,12 @@ class BatchEnqueueResponse(Model):
 
 
 class LeaseRequest(Model):
-    queues: list[Annotated[str, Field(min_length=1, max_length=limits.MAX_QUEUE_LENGTH)]] = Field(
-        min_length=1, max_length=limits.MAX_LEASE_QUEUES
-    )
+    queues: list[
+        Annotated[
+            str,
+            Field(min_length=1, max_length=limits.MAX_QUEUE_LENGTH, pattern=spec.QUEUE_PATTERN),
+        ]
+    ] = Field(min_length=1, max_length=limits.MAX_LEASE_QUEUES)
     max: StrictInt = Field(default=1, ge=1, le=limits.MAX_LEASE_BATCH)
     wait_seconds: StrictFloat = Field(default=0, ge=0, le=limits.MAX_WAIT_SECONDS)
     lease_seconds: StrictFloat = Field(
@@ -252,7 +317,7 @@ class Lease(Model):
         description="The job is in dry-run mode (spec.dryRun): log what the run would do "
         "and have no effects."
     )
-    payload: JsonValue = None
+    payload: JsonValue
 
 
 class LeaseResponse(Model):
@@ -275,9 +340,11 @@ class HeartbeatResponse(Model):
 
 class ErrorReport(Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    # Optional: worker_routes reads a missing message as empty.
     message: str = Field(
+        default="",
         description=f"The whole error object is at most {limits.MAX_ERROR_BYTES} bytes "
-        f"encoded and {limits.MAX_JSON_DEPTH} levels deep."
+        f"encoded and {limits.MAX_JSON_DEPTH} levels deep.",
     )
     retryable: StrictBool = True
 
@@ -290,15 +357,19 @@ class CompleteRequest(Model):
 
 class CompleteResponse(Model):
     state: Literal["succeeded", "retry_wait", "dead", "cancelled"]
-    next_attempt_at: datetime | None = None
+    next_attempt_at: datetime | SkipJsonSchema[None] = Field(
+        default=None,
+        description="When the next attempt is due (retry_wait only).",
+        json_schema_extra=_never_null,
+    )
 
 
 class HeartbeatItem(HeartbeatRequest):
-    run_id: str
+    run_id: str = Field(min_length=1)
 
 
 class CompleteItem(CompleteRequest):
-    run_id: str
+    run_id: str = Field(min_length=1)
 
 
 class HeartbeatBatchRequest(Model):
@@ -309,8 +380,27 @@ class CompleteBatchRequest(Model):
     items: list[CompleteItem] = Field(min_length=1, max_length=limits.MAX_COMPLETE_BATCH)
 
 
-class BatchResults(Model):
-    items: list[dict[str, Any]] = Field(
-        description="In request order: the item's result with its runId, or "
-        '{"runId", "problem": Problem}.'
+class RunProblem(ItemProblem):
+    run_id: str
+
+
+class HeartbeatResult(HeartbeatResponse):
+    run_id: str
+
+
+class CompleteResult(CompleteResponse):
+    run_id: str
+
+
+class HeartbeatResults(Model):
+    items: list[HeartbeatResult | RunProblem] = Field(
+        description='In request order: the item\'s result with its runId, or {"runId", '
+        '"problem": Problem}.'
+    )
+
+
+class CompleteResults(Model):
+    items: list[CompleteResult | RunProblem] = Field(
+        description='In request order: the item\'s result with its runId, or {"runId", '
+        '"problem": Problem}.'
     )

@@ -15,7 +15,11 @@ from tickwork.engine import metrics
 router = APIRouter()
 
 
-@router.get("/healthz", summary="The process is alive (no authentication)")
+@router.get(
+    "/healthz",
+    summary="The process is alive (no authentication)",
+    responses={200: {"model": models.Health}},
+)
 async def healthz() -> Response:
     return responses.json({"status": "ok"})
 
@@ -23,7 +27,13 @@ async def healthz() -> Response:
 @router.get(
     "/readyz",
     summary="Every shard is reachable and migrated (no authentication)",
-    responses={503: {"description": "Not ready: `problems` says why, `down` which shards."}},
+    responses={
+        200: {"model": models.Ready},
+        503: {
+            "model": models.NotReady,
+            "description": "Not ready: `problems` says why, `down` which shards.",
+        },
+    },
 )
 async def readyz(request: Request) -> Response:
     svc = services(request)

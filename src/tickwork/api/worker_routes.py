@@ -232,7 +232,8 @@ async def lease(request: Request) -> Response:
             raise InvalidRequest(f"queues[{index}]: {error}", field=f"queues[{index}]") from None
     tenant = await access.lease_queues(who, queues)
     limit = int(_number(document, "max", 1, 1, limits.MAX_LEASE_BATCH))
-    if document.get("max", 1) != limit:
+    # Not 5.0 either: the contract reads an integer as written, as fencingToken's.
+    if type(document.get("max", 1)) is not int:
         raise InvalidRequest("max must be an integer", field="max")
     wait = _number(document, "waitSeconds", 0, 0, limits.MAX_WAIT_SECONDS)
     lease_seconds = _number(
@@ -328,7 +329,7 @@ def _batch_results(
     "/runs:heartbeat",
     summary="Heartbeat many leased runs (one statement per shard touched)",
     openapi_extra=_schema(models.HeartbeatBatchRequest),
-    responses={200: {"model": models.BatchResults}, **_problems},
+    responses={200: {"model": models.HeartbeatResults}, **_problems},
 )
 async def heartbeat_batch(request: Request) -> Response:
     svc, scope, grant = _reporter(request)
@@ -344,7 +345,7 @@ async def heartbeat_batch(request: Request) -> Response:
     "/runs:complete",
     summary="Complete many leased runs (one statement per shard touched)",
     openapi_extra=_schema(models.CompleteBatchRequest),
-    responses={200: {"model": models.BatchResults}, **_problems},
+    responses={200: {"model": models.CompleteResults}, **_problems},
 )
 async def complete_batch(request: Request) -> Response:
     svc, scope, grant = _reporter(request)

@@ -87,7 +87,7 @@ async def _check_shards(engine: installation.Installation) -> None:
     """Refuse to start on shards of another schema version; a shard that is down is
     only logged (objects show StoreUnavailable until it is back)."""
     found = await engine.readiness(START_CHECK_SECONDS)
-    for number, problem in zip(found.down, found.problems, strict=True):
+    for number, problem in zip(found.down, found.details, strict=True):
         if number in found.mismatched:
             raise click.ClickException(problem)
         logger.warning(

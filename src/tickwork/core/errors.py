@@ -121,6 +121,11 @@ class SchemaMismatch(TickworkError):
     status = 503
     title = "Shard schema mismatch"
 
+    def __init__(self, detail: str, *, summary: str = "not the schema this release needs") -> None:
+        super().__init__(detail)
+        # What anyone may be told (an unauthenticated /readyz): no host, schema or DSN.
+        self.summary = summary
+
 
 class StoreUnavailable(TickworkError):
     """A shard's database cannot be reached now (restarting, link reset or hung).

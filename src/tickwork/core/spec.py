@@ -50,10 +50,19 @@ from tickwork.core.cron import CronError, CronSchedule
 _TENANT_RE: Final = re.compile(
     rf"[a-z0-9](?:[-a-z0-9]{{0,{limits.MAX_TENANT_LENGTH - 2}}}[a-z0-9])?"
 )
-_NAME_RE: Final = re.compile(rf"[a-z0-9](?:[-a-z0-9.]{{0,{limits.MAX_NAME_LENGTH - 2}}}[a-z0-9])?")
+# A subdomain is labels joined by dots, each starting and ending with a letter or a
+# digit ("a..b", "a.-b" are not names Kubernetes takes); its length is checked apart
+# (MAX_NAME_LENGTH), as Kubernetes does.
+_LABEL: Final = "[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_NAME_RE: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _QUEUE_RE: Final = re.compile(
     rf"[a-z0-9](?:[-a-z0-9._]{{0,{limits.MAX_QUEUE_LENGTH - 2}}}[a-z0-9])?"
 )
+# The same rules for JSON Schema (OpenAPI, the CRD): anchored, as a schema's pattern
+# matches anywhere in the text otherwise.
+QUEUE_PATTERN: Final = f"^{_QUEUE_RE.pattern}$"
+NAME_PATTERN: Final = f"^{_NAME_RE.pattern}$"
+TENANT_PATTERN: Final = f"^{_TENANT_RE.pattern}$"
 # RFC 3339 date-time: full date, time with seconds, and an explicit offset (the space
 # separator is RFC 3339's own allowance). Pydantic alone would also read unix
 # timestamps, numeric strings and dates.
@@ -483,6 +492,10 @@ class JobSpec(_Model):
     """A job definition. At most one of `schedule` and `runAt`; with neither, the job
     runs only when a run is enqueued through the API."""
 
+    # Said in the JSON schema too, for the OpenAPI document (the CRD, which keeps only
+    # the keywords a structural schema allows, says it with a CEL rule instead).
+    model_config = ConfigDict(json_schema_extra={"not": {"required": ["schedule", "runAt"]}})
+
     schedule: Schedule | None = Field(
         default=None,
         description="Recurring schedule: a cron expression in a time zone. Not with runAt.",
@@ -498,7 +511,7 @@ class JobSpec(_Model):
         "digits, '-', '.', '_').",
         json_schema_extra={
             "maxLength": limits.MAX_QUEUE_LENGTH,
-            "pattern": f"^{_QUEUE_RE.pattern}$",
+            "pattern": QUEUE_PATTERN,
         },
     )
     priority: Priority = Field(
@@ -634,9 +647,14 @@ def check_tenant(value: str) -> None:
 
 def check_name(value: str) -> None:
     """Raise ``ValueError`` unless ``value`` is a DNS-1123 subdomain (an object name)."""
-    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+    if (
+        not isinstance(value, str)
+        or len(value) > limits.MAX_NAME_LENGTH
+        or not _NAME_RE.fullmatch(value)
+    ):
         shown_value = shown(value) if isinstance(value, str) else f"(a {type(value).__name__})"
         raise ValueError(
             f"job name {shown_value} must be a DNS-1123 subdomain (lowercase letters, digits, "
-            f"'-' and '.', ≤ {limits.MAX_NAME_LENGTH} chars)"
+            "'-' and '.', each dot between two letters or digits, starting and ending with "
+            f"one; ≤ {limits.MAX_NAME_LENGTH} chars)"
         )

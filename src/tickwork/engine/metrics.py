@@ -216,9 +216,7 @@ class Metrics:
             registry=self.registry,
         )
 
-    def set_backlog(
-        self, shard: int, backlog: Iterable[tuple[str, str, str, int, float]]
-    ) -> None:
+    def set_backlog(self, shard: int, backlog: Iterable[tuple[str, str, str, int, float]]) -> None:
         """Replace a shard's backlog gauges with ``(tenant, queue, priority, ready, oldest
         age)`` rows: a queue that emptied loses its series instead of keeping its last
         value."""

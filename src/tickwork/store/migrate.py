@@ -130,7 +130,8 @@ async def _check_identity(conn: Connection, shard: Shard, shard_count: int) -> N
         found = "nothing" if row is None else f"shard {row['shard']} of {row['shard_count']}"
         raise SchemaMismatch(
             f"schema {shard.schema} at {_redacted(shard.dsn)} should hold shard "
-            f"{shard.number} of {shard_count} but holds {found}"
+            f"{shard.number} of {shard_count} but holds {found}",
+            summary=f"should hold shard {shard.number} of {shard_count} but holds {found}",
         )
 
 
@@ -148,7 +149,8 @@ async def check_shard(conn: Connection, shard: Shard, shard_count: int) -> None:
         have = versions[-1] if versions else 0
         raise SchemaMismatch(
             f"shard {shard.number} is at schema version {have}, this release needs "
-            f"{latest}: run `tickwork migrate`"
+            f"{latest}: run `tickwork migrate`",
+            summary=f"schema {have}, code needs {latest}",
         )
     await _check_identity(conn, shard, shard_count)
     moving = await conn.fetchrow(RESHARD_IN_PROGRESS)
@@ -156,7 +158,8 @@ async def check_shard(conn: Connection, shard: Shard, shard_count: int) -> None:
         raise SchemaMismatch(
             f"shard {shard.number} is being resharded from {moving['from_count']} to "
             f"{moving['to_count']} shards and the reshard has not finished: run "
-            f"`tickwork reshard --to {moving['to_count']}` again to finish it"
+            f"`tickwork reshard --to {moving['to_count']}` again to finish it",
+            summary="a reshard has not finished",
         )
 
 

@@ -35,6 +35,11 @@ def is_outage(error: BaseException) -> bool:
     return isinstance(error, CANDIDATES)
 
 
+def starting_up(error: BaseException) -> bool:
+    """Whether ``error`` is PostgreSQL refusing connections while it starts (57P03)."""
+    return isinstance(error, exceptions.CannotConnectNowError)
+
+
 def describe(error: BaseException) -> str:
     """A one-line description for logs and problems: the class and the message."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
