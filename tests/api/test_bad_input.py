@@ -12,6 +12,7 @@ import httpx
 from conftest import ApiServer
 
 from tickwork.core import limits
+from tickwork.core.spec import JobSpec
 
 PROBLEMS = "https://tickwork.dev/problems/"
 TLS = ssl.create_default_context()
@@ -361,3 +362,20 @@ async def test_a_secret_passed_by_reference_is_fine(api_server: ApiServer) -> No
         assert response.status_code == 201, response.text
         run = await team.post("/v1/jobs/tidy/runs", json={"payload": payload | {"token": ""}})
         assert run.status_code == 201 and run.json()["payload"]["db"] == payload["db"]
+
+
+async def test_a_job_stored_under_an_earlier_releases_looser_name_stays_reachable(
+    api_server: ApiServer,
+) -> None:
+    # "a..b" was a job name before names became DNS-1123 subdomains: such a job, stored
+    # then, can still be read, run and deleted, but no new one is made.
+    spec = JobSpec.model_validate({"queue": "default"})
+    await api_server.jobs.put("acme", "a..b", spec, "earlier-release")
+    headers = api_server.headers(api_server.team_token)
+    async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as team:
+        assert (await team.get("/v1/jobs/a..b")).status_code == 200
+        assert (await team.post("/v1/jobs/a..b/runs")).status_code == 201
+        listed = await team.get("/v1/jobs", params={"cursor": "a..b"})
+        assert listed.status_code == 200, listed.text
+        assert (await team.put("/v1/jobs/c..d", json={})).status_code == 400
+        assert (await team.delete("/v1/jobs/a..b")).status_code == 200

@@ -55,7 +55,7 @@ async def list_audit(
     owner = await access.tenant(caller, access.Operation.list_audit, tenant)
     if job is not None:
         try:
-            check_name(job)
+            check_name(job, stored=True)
         except ValueError as error:
             raise InvalidRequest(str(error), field="job") from error
     after = None if cursor is None else Position.decode(cursor)

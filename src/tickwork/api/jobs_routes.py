@@ -68,8 +68,9 @@ _managed_errors: dict[int | str, dict[str, Any]] = {
 
 
 def _job_name(name: str) -> str:
+    """``name`` if a stored job can have it, else the job is not found."""
     try:
-        check_name(name)
+        check_name(name, stored=True)
     except ValueError as error:
         raise NotFound(str(error), field="name") from error
     return name
@@ -190,7 +191,7 @@ async def list_jobs(
     owner = await access.tenant(caller, Operation.list_jobs, tenant)
     if cursor is not None:
         try:
-            check_name(cursor)  # the cursor is the last name of the previous page
+            check_name(cursor, stored=True)  # the last name of the previous page
         except ValueError as error:
             raise _cursor_problem(error) from error
     page, next_cursor = await svc.jobs.list_jobs(owner, cursor, _limit(svc, limit))

@@ -645,12 +645,20 @@ def check_tenant(value: str) -> None:
         )
 
 
-def check_name(value: str) -> None:
-    """Raise ``ValueError`` unless ``value`` is a DNS-1123 subdomain (an object name)."""
+# What earlier releases took for a job name: '.' anywhere inside ("a..b"). Jobs stored
+# under such a name stay readable, deletable and runnable; no new one is made.
+_STORED_NAME_RE: Final = re.compile(r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?")
+
+
+def check_name(value: str, *, stored: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a DNS-1123 subdomain (an object name).
+    ``stored``: a name that may name an existing job, which an earlier release may have
+    stored under its looser rule."""
+    pattern = _STORED_NAME_RE if stored else _NAME_RE
     if (
         not isinstance(value, str)
         or len(value) > limits.MAX_NAME_LENGTH
-        or not _NAME_RE.fullmatch(value)
+        or not pattern.fullmatch(value)
     ):
         shown_value = shown(value) if isinstance(value, str) else f"(a {type(value).__name__})"
         raise ValueError(

@@ -82,7 +82,7 @@ def _job_filter(text: str | None) -> str | None:
     job = (text or "").strip() or None
     if job is not None:
         try:
-            check_name(job)
+            check_name(job, stored=True)
         except ValueError as error:
             raise InvalidRequest(str(error), field="job") from error
     return job
@@ -95,7 +95,7 @@ def _local_value(value: datetime | None) -> str:
 def job_name(name: str) -> str:
     """``name`` if it can be a job's name; else the page is not found."""
     try:
-        check_name(name)
+        check_name(name, stored=True)
     except ValueError as error:
         raise NotFound(str(error), field="name") from error
     return name
