@@ -136,6 +136,15 @@ CALLERS = [
         (),
         "all",
     ),
+    # A namespace's ServiceAccount that RBAC lets act in acme (a RoleBinding there).
+    Caller(
+        "ServiceAccount granted acme from another namespace",
+        "kubernetes",
+        OTHER,
+        "sa-globex-in-acme-012345",
+        (),
+        TENANT,
+    ),
 ]
 
 
@@ -165,6 +174,8 @@ class Cluster:
             return key[0] in ("", namespace), "every grant"
         if grants == "exact":
             return key in self.exact, "the one grant"
+        if grants == TENANT:
+            return key[0] in ("", TENANT), "every grant in acme"
         return False, "no grant"
 
 
@@ -454,12 +465,18 @@ def expected(route: Route, caller: Caller) -> Seen:
         # A run by id, or a leased run: outside the caller's tenant or queues it is absent.
         inside = caller.tenant == TENANT and (caller.kind != "worker" or QUEUE in caller.queues)
         return Seen.ok if inside else Seen.absent
-    granted = caller.grants == "exact" or (caller.grants == "all" and caller.tenant == TENANT)
+    granted = caller.grants in ("exact", TENANT) or (
+        caller.grants == "all" and caller.tenant == TENANT
+    )
     if route.shape == "ops":
         grants = grants_of(route.operations)
-        return Seen.ok if caller.grants in ("all", "exact") or not grants else Seen.forbidden
+        allowed = caller.grants in ("all", "exact", TENANT)
+        return Seen.ok if allowed or not grants else Seen.forbidden
     if route.shape == "lease" and caller.tenant != TENANT:
-        return Seen.isolated  # leases in its own namespace only
+        # Leases in its own namespace only, where only "all" grants it anything.
+        return Seen.isolated if caller.grants == "all" else Seen.forbidden
+    if route.shape == "report" and caller.tenant != TENANT:
+        return Seen.absent  # and reports on its own namespace's runs only
     if granted:
         return Seen.ok
     return Seen.forbidden if route.shape in ("tenant", "lease") else Seen.absent
@@ -626,7 +643,9 @@ def expected_page(page: Page, caller: Caller) -> Seen:
         if page.method == "POST":
             return Seen.forbidden
         return Seen.absent if by_id else Seen.forbidden
-    granted = caller.grants == "exact" or (caller.grants == "all" and caller.tenant == TENANT)
+    granted = caller.grants in ("exact", TENANT) or (
+        caller.grants == "all" and caller.tenant == TENANT
+    )
     if granted:
         return Seen.ok
     if page.method == "POST":
@@ -746,7 +765,7 @@ async def test_every_api_route_for_every_principal(world: World) -> None:
         await asyncio.gather(*(client.aclose() for client in clients.values()))
     assert not [line for line in wrong if line], "\n".join(filter(None, wrong))
     # The matrix's size, for the record: every route for every principal.
-    assert len(wrong) == len(ROUTES) * len(CALLERS) == 24 * 12
+    assert len(wrong) == len(ROUTES) * len(CALLERS) == 24 * 13
 
 
 async def sign_in(world: World, http: httpx.AsyncClient, caller: Caller) -> str | None:
@@ -795,7 +814,7 @@ async def test_every_dashboard_page_and_action_for_every_principal(world: World)
     pages = sum(
         1 for c in CALLERS for _ in PAGES if c.kind in ("anonymous", "admin", "team", "kubernetes")
     )
-    assert pages == 14 * 8  # the pages' matrix; worker and metrics tokens stop at the sign-in
+    assert pages == 14 * 9  # the pages' matrix; worker and metrics tokens stop at the sign-in
 
 
 def without_ids(response: httpx.Response, *run_ids: str) -> tuple[int, str]:
