@@ -87,7 +87,8 @@ async def test_every_role_starting_at_once(fault_url: str, tmp_path: Path) -> No
             "--tokens",
             str(tokens),
         ],
-        "dev": [TICKWORK, "dev", *database, "--port", str(dev)],
+        # Its own data dir: the default is the working directory's .tickwork/dev.
+        "dev": [TICKWORK, "dev", *database, "--port", str(dev), "--data-dir", str(tmp_path)],
         "worker": [sys.executable, "-c", WORKER_SCRIPT],
     }
     worker_env = {"TICKWORK_URL": api_url, "TICKWORK_TOKEN": WORKER, "TICKWORK_QUEUES": "default"}

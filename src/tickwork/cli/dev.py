@@ -101,24 +101,29 @@ def _dev(listener: socket.socket, settings: DevSettings) -> None:
     tokens: Authenticator
     admin_token = token_file = None
     data_dir = settings.data_dir
+    kept_file = data_dir / ADMIN_TOKEN_FILE
+    kept = _read_token(kept_file)
     if settings.tokens_file is not None:
         try:
             tokens = StaticTokens.from_file(settings.tokens_file)
         except ValueError as error:
             raise click.ClickException(str(error)) from error
     else:
-        token_file = data_dir / ADMIN_TOKEN_FILE
-        admin_token = _read_token(token_file)
+        token_file = kept_file
+        admin_token = kept
     server = None
     database_urls = settings.database_urls
     if not database_urls:
-        if token_file is not None and not (data_dir / "PG_VERSION").exists():
+        if not (data_dir / "PG_VERSION").exists():
             # initdb wants an empty folder: a token kept while --database-url was in use
-            # is put back once PostgreSQL has made its data dir.
-            token_file.unlink(missing_ok=True)
+            # (with or without a tokens file now) is put back once PostgreSQL has made
+            # its data dir.
+            kept_file.unlink(missing_ok=True)
         click.echo(f"starting embedded PostgreSQL in {data_dir} ...")
         server = _embedded_postgres(data_dir)
         database_urls = (server.get_uri(),)
+        if kept is not None and token_file is None:
+            _keep_token(kept_file, kept)
     try:
         if token_file is not None:
             admin_token = admin_token or generate_token()
