@@ -895,3 +895,6 @@ async def test_a_caller_is_refused_before_its_body_is_read(world: World) -> None
             # Not JSON at all: a route that parsed it first would answer 400.
             answer = await http.request(method, path, content=b'{"' + b"\\" * 1000)
         assert answer.status_code == 403, (name, method, path, answer.text)
+        if caller.kind == "team" and "/v1/runs" in path:
+            expected_detail = "runs.report needs a worker or admin token, not team"
+            assert answer.json()["detail"] == expected_detail

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from tickwork.api.auth import Action, Principal, Role
+from tickwork.api.auth import FILE_ROLES, Action, Principal, Role
 from tickwork.core.errors import Forbidden, InvalidRequest, NotFound
 from tickwork.core.records import Attempt, Run, Scope
 from tickwork.core.spec import check_tenant
@@ -121,8 +121,11 @@ def admit(principal: Principal, operation: Operation) -> None:
         return
     allowed = POLICY[operation].roles
     if principal.role not in allowed:
-        names = " or ".join(sorted(role.value for role in allowed))
-        raise Forbidden(f"{operation.value} needs a {names} token, not {principal.role.value}")
+        names = " or ".join(role.value for role in FILE_ROLES if role in allowed)
+        article = "an" if names[0] in "aeiou" else "a"
+        raise Forbidden(
+            f"{operation.value} needs {article} {names} token, not {principal.role.value}"
+        )
 
 
 async def check(principal: Principal, operation: Operation, *actions: Action) -> None:
