@@ -26,7 +26,7 @@ from tickwork.api.auth import Role, StaticTokens, TokenEntry
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.clock import FrozenClock
-from tickwork.core.settings import ApiSettings
+from tickwork.core.settings import ApiSettings, EdgeSettings
 from tickwork.core.shards import ShardMap
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
@@ -183,6 +183,17 @@ class ApiServer:
 
     def headers(self, token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
+
+
+@contextlib.asynccontextmanager
+async def served(services: Services, limits: EdgeSettings | None = None) -> AsyncIterator[str]:
+    """The app over ``services`` served on 127.0.0.1 (port 0): its URL, while it runs."""
+    server = HttpServer(create_app(services), port=0, limits=limits)
+    url = await server.start()
+    try:
+        yield url
+    finally:
+        await server.stop()
 
 
 @pytest.fixture

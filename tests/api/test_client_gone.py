@@ -14,14 +14,13 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import conftest
 import httpx
 import pytest
 from conftest import TEAM_TOKEN, WORKER_TOKEN, ApiServer
 from conftest import test_tokens as tokens
 
-from tickwork.api.app import create_app
 from tickwork.api.auth import Principal
-from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
@@ -114,12 +113,8 @@ async def slow_to_authenticate(database: Database) -> AsyncIterator[str]:
     services = Services(
         engine=Installation.over(database), authenticator=SlowTokens(0.2), metrics=Metrics()
     )
-    server = HttpServer(create_app(services), port=0)
-    url = await server.start()
-    try:
+    async with conftest.served(services) as url:
         yield url
-    finally:
-        await server.stop()
 
 
 async def test_a_client_that_closes_while_waiting_for_its_answer_is_not_an_error(

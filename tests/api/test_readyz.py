@@ -10,12 +10,11 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import conftest
 import httpx
 import pytest
 from conftest import test_tokens as tokens
 
-from tickwork.api.app import create_app
-from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.shards import Shard, ShardMap
 from tickwork.engine.installation import Installation
@@ -40,12 +39,8 @@ async def served(shard_map: ShardMap) -> AsyncIterator[str]:
         services = Services(
             engine=Installation.over(database), authenticator=tokens(), metrics=Metrics()
         )
-        server = HttpServer(create_app(services), port=0)
-        url = await server.start()
-        try:
+        async with conftest.served(services) as url:
             yield url
-        finally:
-            await server.stop()
 
 
 def not_ready(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

@@ -90,12 +90,8 @@ async def server(database: Database) -> AsyncIterator[str]:
         metrics=Metrics(),
         settings=ApiSettings(auth_failure_burst=BURST, auth_failure_rate=0.01, ui_secret="s" * 40),
     )
-    http = HttpServer(create_app(services), port=0)
-    url = await http.start()
-    try:
+    async with conftest.served(services) as url:
         yield url
-    finally:
-        await http.stop()
 
 
 async def test_unknown_tokens_are_refused_with_429_once_the_burst_is_spent(server: str) -> None:

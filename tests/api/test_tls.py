@@ -23,8 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tickwork.api.app import create_app
-from tickwork.api.server import BadCertificate, HttpServer, check_tls
+from tickwork.api.server import BadCertificate, check_tls
 from tickwork.api.services import Services
 from tickwork.core.settings import EdgeSettings
 from tickwork.engine.installation import Installation
@@ -81,12 +80,8 @@ async def serving(database: Database, limits: EdgeSettings) -> AsyncIterator[str
     services = Services(
         engine=Installation.over(database), authenticator=conftest.test_tokens(), metrics=Metrics()
     )
-    server = HttpServer(create_app(services), port=0, limits=limits)
-    url = await server.start()
-    try:
+    async with conftest.served(services, limits) as url:
         yield url
-    finally:
-        await server.stop()
 
 
 async def test_the_api_answers_over_https_with_its_certificate(

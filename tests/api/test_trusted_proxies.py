@@ -17,8 +17,6 @@ import httpx
 import pytest
 from conftest import TEAM_TOKEN
 
-from tickwork.api.app import create_app
-from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.settings import ApiSettings, DispatcherSettings, EdgeSettings
 from tickwork.engine.installation import Installation
@@ -40,12 +38,8 @@ async def serving(database: Database, *trusted: str) -> AsyncIterator[str]:
         settings=ApiSettings(ui_secret="proxy-test-secret-" + "x" * 32),
     )
     limits = EdgeSettings(forwarded_allow_ips=trusted)
-    server = HttpServer(create_app(services), port=0, limits=limits)
-    url = await server.start()
-    try:
+    async with conftest.served(services, limits) as url:
         yield url
-    finally:
-        await server.stop()
 
 
 def client(url: str, source: str, **headers: str) -> httpx.AsyncClient:
