@@ -52,7 +52,7 @@ from tickwork.api.services import Services
 from tickwork.engine import metrics, readiness
 from tickwork.engine.installation import Installation
 
-EXAMPLES_PER_OPERATION = 25
+EXAMPLES_PER_OPERATION = 15
 TLS = ssl.create_default_context()
 PROBLEMS = "https://tickwork.dev/problems/"
 
