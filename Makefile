@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test lint unit docs schema crds bench profile soak e2e clean
+.PHONY: help install run test lint unit alerts docs schema crds bench profile soak e2e clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -36,8 +36,13 @@ unit: $(STAMP) ## the whole test suite (no lint)
 
 test: lint unit ## lint and the whole suite: what CI runs
 
-crds: $(STAMP) ## regenerate crds/scheduledjob.yaml from the JobSpec model
-	$(BIN)/python -m tickwork.operator.crd crds/scheduledjob.yaml
+# The rules rendered with the default values, where the unit tests' rule_files point.
+alerts: $(STAMP) ## promtool's unit tests of every alert of the chart (needs Debian's prometheus package)
+	cd tests && ../$(BIN)/python -m monitoring.rules
+	promtool test rules charts/tickwork/tests/alerts/*.yaml
+
+crds: $(STAMP) ## regenerate crds/scheduledjob.yaml (and the Helm chart's copy) from the JobSpec model
+	$(BIN)/python -m tickwork.operator.crd crds/scheduledjob.yaml charts/tickwork/files/crds/scheduledjob.yaml
 
 docs: $(STAMP) ## rewrite the settings tables of the docs from the settings models
 	$(BIN)/python tests/settings_tables.py

@@ -516,3 +516,71 @@ def _seq_scans(plan: Any) -> set[str]:
         for value in plan:
             found |= _seq_scans(value)
     return found
+
+
+# --- running against the next release's schema (expand/contract) --------------------
+
+
+def test_each_migration_says_which_code_still_runs_against_it() -> None:
+    """By default the code one version back; a contraction says so in its file."""
+    for migration in migrate.migrations():
+        assert migration.compatible_from == migration.version - 1
+    contract = migrate.Migration(20, "contract", "-- compatible-from: 19\nDROP TABLE probe;")
+    assert contract.compatible_from == 19
+    for bad in ("-- compatible-from: 21\n", "-- compatible-from: 3\n-- compatible-from: 4\n"):
+        with pytest.raises(RuntimeError, match="compatible-from"):
+            _ = migrate.Migration(20, "bad", bad).compatible_from
+
+
+async def test_a_shard_the_next_release_migrated_is_served_by_this_one(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    current = migrate.migrations()
+    shards = shards_of(database_url)
+    ahead = migrate.Migration(current[-1].version + 1, "ahead", "CREATE TABLE ahead (id int);")
+    contract = migrate.Migration(
+        ahead.version + 1, "contract", f"-- compatible-from: {ahead.version}\nDROP TABLE ahead;"
+    )
+    monkeypatch.setattr(migrate, "migrations", lambda: (*current, ahead))
+    assert await _migrate_one(shards[0], TEST_SHARDS) == [ahead.version]
+    monkeypatch.setattr(migrate, "migrations", lambda: (*current, ahead, contract))
+    assert await _migrate_one(shards[1], TEST_SHARDS) == [ahead.version, contract.version]
+    monkeypatch.setattr(migrate, "migrations", lambda: current)
+    for shard in shards[:2]:
+        conn = await database.connect(shard)
+        try:
+            recorded = await conn.fetch(
+                "SELECT version, compatible_from FROM schema_version WHERE version > $1",
+                current[-1].version,
+            )
+            if shard.number == 0:
+                await migrate.check_shard(conn, shard, TEST_SHARDS)  # one ahead: served
+                assert [tuple(r) for r in recorded] == [(ahead.version, ahead.version - 1)]
+                continue
+            assert [tuple(r) for r in recorded] == [
+                (ahead.version, ahead.version - 1),
+                (contract.version, ahead.version),
+            ]
+            with pytest.raises(SchemaMismatch) as caught:  # contracted past this release
+                await migrate.check_shard(conn, shard, TEST_SHARDS)
+        finally:
+            await conn.close()
+    assert caught.value.summary == (
+        f"schema {contract.version} needs code of schema {ahead.version}, "
+        f"code is {current[-1].version}"
+    )
+
+
+async def test_a_shard_migrated_before_compatibility_was_recorded_is_judged_alike(
+    database_url: str,
+) -> None:
+    shard = shards_of(database_url)[2]
+    conn = await database.connect(shard)
+    try:
+        await conn.execute("ALTER TABLE schema_version DROP COLUMN compatible_from")
+        await migrate.check_shard(conn, shard, TEST_SHARDS)
+        assert await migrate.migrate_shard(conn, shard, TEST_SHARDS) == []
+        assert await conn.fetchval("SELECT count(compatible_from) FROM schema_version") == 0
+    finally:
+        await conn.close()
+    assert await describe(shard) == catalog.canonical()

@@ -331,22 +331,28 @@ async def test_an_interrupted_reshard_is_finished_by_running_it_again(
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    async with Database(after) as half:
-        copies = 0
-        for number in range(NEW):
-            async with half.connection(number) as conn:
-                copies += await conn.fetchval(
-                    "SELECT count(*) FROM definitions WHERE tenant = $1 AND name = $2",
-                    tenant,
-                    job,
-                )
-        assert copies == 2  # copied, not yet forgotten
-        async with half.connection(shard) as conn:
-            # Every role's readiness says so, and no scheduler takes the shard.
-            with pytest.raises(SchemaMismatch, match="run `tickwork reshard --to 8` again"):
-                await migrate.check_shard(conn, after[shard], NEW)
-            with pytest.raises(epochs.Resharding):
-                await epochs.take(conn, "scheduler-a")
+    # Looked at through connections of its own: the roles' pools refuse these shards.
+    copies = 0
+    for number in range(NEW):
+        conn = await store_database.connect(after[number])
+        try:
+            copies += await conn.fetchval(
+                "SELECT count(*) FROM definitions WHERE tenant = $1 AND name = $2",
+                tenant,
+                job,
+            )
+        finally:
+            await conn.close()
+    assert copies == 2  # copied, not yet forgotten
+    conn = await store_database.connect(after[shard])
+    try:
+        # Every role's readiness says so, and no scheduler takes the shard.
+        with pytest.raises(SchemaMismatch, match="run `tickwork reshard --to 8` again"):
+            await migrate.check_shard(conn, after[shard], NEW)
+        with pytest.raises(epochs.Resharding):
+            await epochs.take(conn, "scheduler-a")
+    finally:
+        await conn.close()
 
     state = await reshard.Resharder(after, clock=clock).state()
     assert state.resuming and (state.from_count, state.to_count) == (OLD, NEW)

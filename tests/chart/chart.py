@@ -21,6 +21,17 @@ NAMESPACE = "tickwork"
 EXTERNAL_KINDS = {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
 
 URL = "postgresql://tickwork:secret@db.example.internal:5432/tickwork"
+# The containers the chart itself runs (the roles, the bundled PostgreSQL, the hooks).
+CONTAINERS = {
+    "operator",
+    "scheduler",
+    "dispatcher",
+    "migrate",
+    "postgresql",
+    "secrets",
+    "uninstall",
+}
+HOOK = "helm.sh/hook"
 
 # The value sets the tests render: the smallest install, everything switched on, and
 # the other branch of every switch.
@@ -122,6 +133,107 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "logFormat": "text",
         "migrate": {"enabled": False},
     },
+    # Every extension point of the chart set: what a platform adapts without a fork.
+    "extended": {
+        "shards": 2,
+        "database": {
+            "shardSecrets": [{"name": "pg-0", "key": "url"}, {"name": "pg-1", "key": "url"}]
+        },
+        "crds": {"install": True, "keep": False},
+        "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "tw@p.iam"}},
+        "podLabels": {"team": "platform"},
+        "podAnnotations": {"sidecar.istio.io/inject": "false"},
+        "priorityClassName": "tickwork",
+        "extraEnv": [{"name": "PGSSLROOTCERT", "value": "/etc/tickwork/db-ca/ca.crt"}],
+        "extraVolumes": [{"name": "db-ca", "secret": {"secretName": "db-ca"}}],
+        "extraVolumeMounts": [{"name": "db-ca", "mountPath": "/etc/tickwork/db-ca"}],
+        "extraInitContainers": [
+            {
+                "name": "cloud-sql-proxy",
+                "image": "cloud-sql-proxy:2",
+                "restartPolicy": "Always",
+                "args": ["--port=5432", "project:region:instance"],
+            }
+        ],
+        "extraContainers": [{"name": "log-shipper", "image": "shipper:1"}],
+        "migrate": {
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:migrate"}},
+            "podLabels": {"job": "migrate"},
+            "podAnnotations": {"note": "schema"},
+            "priorityClassName": "batch",
+            "nodeSelector": {"pool": "jobs"},
+            "tolerations": [{"key": "jobs", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "pool", "operator": "In", "values": ["jobs"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+        **{
+            role: {
+                "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": f"arn:{role}"}},
+                "podLabels": {"role": role},
+                "podAnnotations": {"owner": "platform"},
+                "priorityClassName": f"{role}-critical",
+                "nodeSelector": {"pool": role},
+                "tolerations": [{"key": role, "operator": "Exists", "effect": "NoSchedule"}],
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "whenUnsatisfiable": "ScheduleAnyway",
+                    }
+                ],
+            }
+            for role in ("operator", "scheduler")
+        },
+        "dispatcher": {
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:dispatcher"}},
+            "podLabels": {"role": "dispatcher"},
+            "podAnnotations": {"owner": "platform"},
+            "priorityClassName": "dispatcher-critical",
+            "nodeSelector": {"pool": "dispatcher"},
+            "tolerations": [{"key": "dispatcher", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 50,
+                            "podAffinityTerm": {
+                                "topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": {"role": "dispatcher"}},
+                            },
+                        }
+                    ]
+                }
+            },
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"role": "dispatcher"}},
+                }
+            ],
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+                "hosts": ["tickwork.example.internal"],
+                "paths": ["/ui", "/v1"],
+                "tls": [{"secretName": "tickwork-ingress", "hosts": ["tickwork.example.internal"]}],
+            },
+            "trustedProxies": ["10.244.3.0/24"],
+        },
+    },
     "no-webhook": {
         "database": {"urls": [URL + "?shard=0", URL + "?shard=1"]},
         "shards": 2,
@@ -151,11 +263,17 @@ class Rendered:
         return found
 
     def containers(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-        """(workload, container) for every container of every workload."""
+        """(workload, container) for every container of the chart's own in every
+        workload (not the sidecars the values add)."""
         for document in self.documents:
             if document["kind"] in ("Deployment", "StatefulSet", "Job"):
                 for container in document["spec"]["template"]["spec"]["containers"]:
-                    yield document, container
+                    if container["name"] in CONTAINERS:
+                        yield document, container
+
+    def hooks(self) -> list[dict[str, Any]]:
+        """The Helm hooks among the documents (run at install, upgrade or uninstall)."""
+        return [d for d in self.documents if HOOK in (d["metadata"].get("annotations") or {})]
 
 
 @functools.cache
@@ -168,8 +286,24 @@ def rendered(key: str) -> Rendered:
     return _render(key)
 
 
-def render(values: dict[str, Any]) -> Rendered:
-    manifests = chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+def render(
+    values: dict[str, Any],
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    revision: int | None = None,
+) -> Rendered:
+    """The chart's documents for ``values``, as an install (or, given a ``revision``
+    above 1, an upgrade to it) of ``release`` in ``namespace``."""
+    upgrade = revision is not None and revision > 1
+    manifests = chart().render(
+        values=values,
+        name=release,
+        namespace=namespace,
+        revision=revision,
+        is_install=not upgrade,
+        is_upgrade=upgrade,
+    )
     documents = [
         document
         for path, text in sorted(manifests.items())

@@ -10,8 +10,11 @@ from kube.faults import AuditRecord
 
 from chart.chart import NAMESPACE, Rendered
 
-# (apiGroup, resource[/subresource], verb, namespace or "" for cluster-wide)
-Permission = tuple[str, str, str, str]
+# (apiGroup, resource[/subresource], verb, namespace or "" for cluster-wide, and the
+# object's name, or "" for any: a rule's resourceNames, a call's object)
+Permission = tuple[str, str, str, str, str]
+# Verbs RBAC cannot limit to names: the name is in the body, or there is none.
+UNNAMED_VERBS = frozenset({"create", "list", "watch", "deletecollection"})
 
 
 def granted(rendered: Rendered, account: str, namespace: str = NAMESPACE) -> set[Permission]:
@@ -28,12 +31,15 @@ def granted(rendered: Rendered, account: str, namespace: str = NAMESPACE) -> set
         scope = binding["metadata"].get("namespace", "") if binding["kind"] == "RoleBinding" else ""
         role = _role(rendered, ref["kind"], ref["name"], scope)
         for rule in role["rules"]:
-            assert "resourceNames" not in rule, "per-name rules: compare them by hand"
+            names = rule.get("resourceNames") or [""]
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
                         assert "*" not in (group, resource, verb), f"wildcard in {role}"
-                        found.add((group, resource, verb, scope))
+                        assert not (verb in UNNAMED_VERBS and names != [""]), (
+                            f"{role['metadata']['name']}: resourceNames cannot limit {verb}"
+                        )
+                        found.update((group, resource, verb, scope, name) for name in names)
     return found
 
 
@@ -50,7 +56,13 @@ def _role(rendered: Rendered, kind: str, name: str, namespace: str) -> dict[str,
 def used(audit: Iterable[AuditRecord], user: str) -> set[Permission]:
     """The permissions the calls ``user`` made needed (discovery needs none)."""
     return {
-        (record.group, record.target, record.verb, record.namespace)
+        (
+            record.group,
+            record.target,
+            record.verb,
+            record.namespace,
+            "" if record.verb in UNNAMED_VERBS else record.name,
+        )
         for record in audit
         if record.user == user and record.resource
     }
@@ -58,16 +70,21 @@ def used(audit: Iterable[AuditRecord], user: str) -> set[Permission]:
 
 def covered(needed: set[Permission], given: set[Permission]) -> set[Permission]:
     """The needed permissions the given ones do not cover (a cluster-wide grant covers
-    every namespace)."""
+    every namespace, a grant without names every object)."""
     return {
-        (group, resource, verb, namespace)
-        for group, resource, verb, namespace in needed
-        if (group, resource, verb, namespace) not in given
-        and (group, resource, verb, "") not in given
+        (group, resource, verb, namespace, name)
+        for group, resource, verb, namespace, name in needed
+        if not {
+            (group, resource, verb, scope, object_name)
+            for scope in (namespace, "")
+            for object_name in (name, "")
+        }
+        & given
     }
 
 
 def unused(needed: set[Permission], given: set[Permission]) -> set[Permission]:
-    """The given permissions no call needed."""
-    kinds = {(g, r, v) for g, r, v, _ in needed}
-    return {p for p in given if p[:3] not in kinds}
+    """The given permissions no call needed (a named grant: no call on that name)."""
+    kinds = {(g, r, v) for g, r, v, _, _ in needed}
+    names = {(g, r, v, n) for g, r, v, _, n in needed}
+    return {p for p in given if p[:3] not in kinds or (p[4] and (*p[:3], p[4]) not in names)}

@@ -12,6 +12,7 @@ from chart.chart import VALUE_SETS, rendered
 from tickwork import cli
 from tickwork.cli import options
 from tickwork.core import settings
+from tickwork.operator import lifecycle
 
 MODELS: dict[str, type[settings.Settings]] = {
     "migrate": settings.MigrateSettings,
@@ -38,6 +39,13 @@ def test_the_roles_accept_the_charts_arguments(values: str, tmp_path: Path) -> N
     for workload, container in rendered(values).containers():
         if container["name"] == "postgresql":
             continue
+        if container.get("command"):
+            # A hook Job: the lifecycle command, not a role.
+            assert container["command"] == ["python", "-m", "tickwork.operator.lifecycle"]
+            parsed = lifecycle.parser().parse_args(container["args"])
+            if parsed.command == "secrets":
+                assert lifecycle.wanted_of(parsed), f"{workload['metadata']['name']}: no Secret"
+            continue
         role, *arguments = container["args"]
         arguments = [
             a.split("=", 1)[0] + "=" + str(mounted) if "=" + MOUNTED in a else a for a in arguments
@@ -58,8 +66,8 @@ def test_the_roles_accept_the_charts_arguments(values: str, tmp_path: Path) -> N
 @pytest.mark.parametrize("values", sorted(VALUE_SETS))
 def test_the_roles_read_the_charts_environment(values: str) -> None:
     for workload, container in rendered(values).containers():
-        if container["name"] == "postgresql":
-            continue
+        if container["name"] == "postgresql" or container.get("command"):
+            continue  # not a role: the bundled PostgreSQL, a hook Job
         command = _command(container["args"][0])
         known = {
             variable

@@ -74,10 +74,12 @@ async def test_the_operator_is_granted_what_it_calls(
     kube: Emulator, database: Database, tmp_path: Path
 ) -> None:
     """The operator as the chart runs it (namespaced here; the webhook served, its
-    configuration kept by the chart; elected through its Lease in the release
-    namespace): start and resync, create, update, status passes, an invalid object,
-    delete, the Lease released and taken again."""
+    configuration kept by the chart but for the caBundle of the certificate the hook
+    drew; elected through its Lease in the release namespace): start and resync,
+    create, update, status passes, an invalid object, delete, the Lease released and
+    taken again."""
     import asyncio
+    import base64
 
     import kopf
 
@@ -87,11 +89,16 @@ async def test_the_operator_is_granted_what_it_calls(
         WebhookSettings,
     )
     from tickwork.engine.jobs import Jobs
-    from tickwork.operator import crd, leadership
+    from tickwork.operator import crd, leadership, lifecycle
     from tickwork.operator.cluster import Cluster
     from tickwork.operator.runtime import Operator
 
     await kube.create(crd.definition())
+    [configuration] = rendered("minimal").kinds("ValidatingWebhookConfiguration")
+    await kube.create(configuration)
+    files = lifecycle.certificate(name("webhook"), NAMESPACE)
+    for file, text in files.items():
+        (tmp_path / file).write_text(text)
     for namespace in ("team-a", "team-b", NAMESPACE):
         await kube.create_namespace(namespace)
     account = User.service_account(NAMESPACE, name("operator"))
@@ -105,7 +112,16 @@ async def test_the_operator_is_granted_what_it_calls(
 
     settings = OperatorSettings(
         namespaces=("team-a", "team-b"),
-        webhook=WebhookSettings(port=None, bind="127.0.0.1", insecure=True, manage=False),
+        webhook=WebhookSettings(
+            port=None,
+            bind="127.0.0.1",
+            insecure=True,
+            manage=False,
+            cert_file=tmp_path / "tls.crt",
+            key_file=tmp_path / "tls.key",
+            ca_file=tmp_path / "ca.crt",
+            configuration=configuration["metadata"]["name"],
+        ),
         status_interval=0.2,
         health_port=0,
         health_bind="127.0.0.1",
@@ -171,21 +187,34 @@ async def test_the_operator_is_granted_what_it_calls(
             while not kube.count("get", "scheduledjobs", namespace="team-a", name="nightly"):  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
 
+    stored = kube.get("validatingwebhookconfigurations", configuration["metadata"]["name"])
+    [webhook] = stored["webhooks"]
+    assert (
+        webhook["clientConfig"]["caBundle"] == base64.b64encode(files["ca.crt"].encode()).decode()
+    )
+
     needed = rbac.used(kube.audit, account.username)
     assert needed, "the operator made no call as its ServiceAccount"
+    # The caBundle: get and patch of the release's configuration, nothing else of it.
+    admission = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
+    assert {p for p in needed if p[:2] == admission} == {
+        (*admission, verb, "", configuration["metadata"]["name"]) for verb in ("get", "patch")
+    }
+    # cert-manager's CA injector writes it instead: the operator needs no rights on it.
+    without_ca = {p for p in needed if p[:2] != admission}
     namespaced = rbac.granted(rendered("namespaced"), name("operator"))
-    assert not rbac.covered(needed, namespaced), "namespaced: missing"
-    assert not rbac.unused(needed, namespaced), "namespaced: granted but never used"
+    assert not rbac.covered(without_ca, namespaced), "namespaced: missing"
+    assert not rbac.unused(without_ca, namespaced), "namespaced: granted but never used"
     # The Lease: in the release namespace only, whatever the operator watches.
     lease = ("coordination.k8s.io", "leases")
-    assert {p for p in needed if p[:2] == lease} == {
+    assert {p[:4] for p in needed if p[:2] == lease} == {
         (*lease, verb, NAMESPACE) for verb in ("get", "create", "update")
     }
     # Watching every namespace: the same rules, cluster-wide.
     clusterwide = rbac.granted(rendered("minimal"), name("operator"))
     assert not rbac.covered(needed, clusterwide), "every namespace: missing"
     assert not rbac.unused(needed, clusterwide), "every namespace: granted but never used"
-    assert {p[:3] for p in clusterwide} == {p[:3] for p in namespaced}
+    assert {p[:3] for p in clusterwide if p[:2] != admission} == {p[:3] for p in namespaced}
     assert {p[3] for p in clusterwide if p[:2] != lease} == {""}
 
 

@@ -4,6 +4,7 @@ by values.schema.json."""
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -15,7 +16,7 @@ import yaml
 from kube import manifests
 
 from chart import chart as chart_module
-from chart.chart import CHART, EXTERNAL_KINDS, NAMESPACE, ROOT, VALUE_SETS, name, rendered
+from chart.chart import CHART, EXTERNAL_KINDS, NAMESPACE, RELEASE, ROOT, VALUE_SETS, name, rendered
 
 VERSIONS = (manifests.OLDEST_SUPPORTED, manifests.NEWEST_SUPPORTED)
 
@@ -126,12 +127,28 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         assert above.startswith("#"), f"values.yaml: {'.'.join(path)} has no comment"
 
 
-def test_the_chart_ships_the_projects_crd() -> None:
+def test_the_chart_installs_and_upgrades_the_projects_crd() -> None:
+    """The CRD is a template (Helm upgrades it), the very file `make crds` writes,
+    kept through an uninstall unless told otherwise; not in crds/, which Helm would
+    install once and never upgrade."""
     top = ROOT / "crds" / "scheduledjob.yaml"
-    ours = CHART / "crds" / "scheduledjob.yaml"
-    assert ours.read_bytes() == top.read_bytes(), "copy crds/scheduledjob.yaml into the chart"
-    [crd] = chart_module.chart().crds
-    assert crd["filename"].endswith("crds/scheduledjob.yaml")
+    ours = CHART / "files" / "crds" / "scheduledjob.yaml"
+    assert ours.read_bytes() == top.read_bytes(), "run `make crds` (it writes the chart's copy)"
+    assert not chart_module.chart().crds
+    expected = yaml.safe_load(top.read_text())
+    [crd] = rendered("minimal").kinds("CustomResourceDefinition")
+    metadata = crd["metadata"]
+    assert {k: v for k, v in crd.items() if k != "metadata"} == {
+        k: v for k, v in expected.items() if k != "metadata"
+    }
+    assert metadata["name"] == expected["metadata"]["name"]
+    assert expected["metadata"]["labels"].items() <= metadata["labels"].items()
+    assert metadata["labels"]["app.kubernetes.io/instance"] == RELEASE
+    assert metadata["annotations"] == {"helm.sh/resource-policy": "keep"}
+    [dropped] = rendered("extended").kinds("CustomResourceDefinition")  # crds.keep false
+    assert "annotations" not in dropped["metadata"]
+    own = chart_module.render({**VALUE_SETS["minimal"], "crds": {"install": False}})
+    assert not own.kinds("CustomResourceDefinition")
     assert manifests.validate_file(ours) == 1
 
 
@@ -167,6 +184,8 @@ def test_probes_are_on_healthz_and_readyz() -> None:
 def test_database_urls_come_from_a_secret() -> None:
     for values, secret in (("minimal", name("database")), ("namespaced", "tickwork-database")):
         for _, container in rendered(values).containers():
+            if container.get("command"):
+                continue  # a hook Job: it never reads the database
             [url] = [e for e in container["env"] if e["name"] == "TICKWORK_DATABASE_URL"]
             assert url["valueFrom"]["secretKeyRef"] == {"name": secret, "key": "urls"}
     assert not rendered("namespaced").kinds("Secret")  # the existing Secret is used
@@ -179,14 +198,27 @@ def test_per_shard_urls_and_the_bundled_postgresql() -> None:
     urls = base64.b64decode(secret["data"]["urls"]).decode().split()
     assert len(urls) == 2 and urls[0].endswith("shard=0")
 
-    everything = rendered("everything")
-    secret = everything.one("Secret", name("database"))
+    # A password given: in the chart's Secret. None: drawn at install by the secrets
+    # hook into the same Secret (a render holds no random value).
+    given = copy.deepcopy(VALUE_SETS["everything"])
+    given["postgresql"]["password"] = "a-given-password"
+    secret = chart_module.render(given).one("Secret", name("database"))
     [url] = base64.b64decode(secret["data"]["urls"]).decode().split()
     password = base64.b64decode(secret["data"]["postgres-password"]).decode()
     assert url == (
         f"postgresql://tickwork:{password}@{name('postgresql')}.{NAMESPACE}.svc:5432/tickwork"
     )
-    assert len(password) == 32
+    assert password == "a-given-password"
+    everything = rendered("everything")
+    assert not everything.kinds("Secret")
+    [hook] = [
+        j
+        for j in everything.hooks()
+        if j["kind"] == "Job" and j["metadata"]["name"] == name("secrets")
+    ]
+    [container] = hook["spec"]["template"]["spec"]["containers"]
+    assert f"--database={name('database')}" in container["args"]
+    assert f"--postgresql-host={name('postgresql')}.{NAMESPACE}.svc" in container["args"]
     postgres = everything.one("StatefulSet", name("postgresql"))
     [container] = postgres["spec"]["template"]["spec"]["containers"]
     [env] = [e for e in container["env"] if e["name"] == "POSTGRES_PASSWORD"]
@@ -263,55 +295,55 @@ def test_services_select_their_pods() -> None:
             assert port["targetPort"] in ports
 
 
-def test_webhook_tls_self_signed_or_cert_manager() -> None:
-    import base64
-
-    from cryptography import x509
-
+def test_webhook_tls_from_the_secrets_hook_or_cert_manager() -> None:
+    """No render holds a certificate (it would differ at every render): without
+    cert-manager the secrets hook draws one into the Secret the operator mounts, and
+    the operator writes its CA into caBundle; with it, a Certificate and the CA
+    injector do."""
     default = rendered("minimal")
-    secret = default.one("Secret", "tw-tickwork-webhook-tls")
-    configuration = default.one("ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev")
+    secret = f"{RELEASE}-tickwork-webhook-tls"
+    assert not default.kinds("Secret") or all(
+        s["metadata"]["name"] != secret for s in default.kinds("Secret")
+    )
+    [configuration] = default.kinds("ValidatingWebhookConfiguration")
+    assert configuration["metadata"]["name"] == (
+        f"{RELEASE}-tickwork.{NAMESPACE}.scheduledjobs.tickwork.dev"
+    )
     [webhook] = configuration["webhooks"]
-    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
-    certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
-    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-    service = webhook["clientConfig"]["service"]
-    assert f"{service['name']}.{NAMESPACE}.svc" in names.value.get_values_for_type(x509.DNSName)
+    assert "caBundle" not in webhook["clientConfig"]
     assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 5)
+    [hook] = [
+        j for j in default.hooks() if j["kind"] == "Job" and "secrets" in j["metadata"]["name"]
+    ]
+    [container] = hook["spec"]["template"]["spec"]["containers"]
+    service = webhook["clientConfig"]["service"]["name"]
+    assert {f"--webhook={secret}", f"--webhook-service={service}"} <= set(container["args"])
+    operator = default.one("Deployment", name("operator"))["spec"]["template"]["spec"]
+    [volume] = [v for v in operator["volumes"] if v["name"] == "webhook-tls"]
+    assert volume["secret"]["secretName"] == secret
+    assert "--webhook-ca=/etc/tickwork/webhook/ca.crt" in operator["containers"][0]["args"]
 
     managed = rendered("everything")
-    configuration = managed.one("ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev")
+    [configuration] = managed.kinds("ValidatingWebhookConfiguration")
     assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
     annotation = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
-    assert annotation == f"{NAMESPACE}/tw-tickwork-webhook-tls"
-    webhook_certificate = managed.one("Certificate", "tw-tickwork-webhook-tls")
-    assert webhook_certificate["spec"]["secretName"] == "tw-tickwork-webhook-tls"
-    assert not [s for s in managed.kinds("Secret") if s["metadata"]["name"].endswith("-tls")]
+    assert annotation == f"{NAMESPACE}/{secret}"
+    webhook_certificate = managed.one("Certificate", secret)
+    assert webhook_certificate["spec"]["secretName"] == secret
+    operator = managed.one("Deployment", name("operator"))["spec"]["template"]["spec"]
+    assert not [a for a in operator["containers"][0]["args"] if a.startswith("--webhook-ca")]
+    [hook] = [
+        j for j in managed.hooks() if j["kind"] == "Job" and "secrets" in j["metadata"]["name"]
+    ]
+    assert not [
+        a
+        for a in hook["spec"]["template"]["spec"]["containers"][0]["args"]
+        if a.startswith("--webhook")
+    ]
     issued = rendered("namespaced").kinds("Certificate")[0]["spec"]["issuerRef"]
     assert issued == {"name": "ca", "kind": "ClusterIssuer"}
     assert not rendered("namespaced").kinds("Issuer")
     assert not rendered("no-webhook").kinds("ValidatingWebhookConfiguration")
-
-
-def test_alerts_are_the_designs_and_parse_as_promql() -> None:
-    [rule] = rendered("everything").kinds("PrometheusRule")
-    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
-    assert set(alerts) == {
-        "TickworkCriticalScheduleLag",
-        "TickworkCriticalBacklogStale",
-        "TickworkLeaseExpiries",
-        "TickworkCriticalRunDead",
-        "TickworkCanaryMissed",
-    }
-    for alert in alerts.values():
-        promql_parser.parse(alert["expr"])
-        anchor = alert["annotations"]["runbook_url"].split("#")[1]
-        assert anchor == alert["alert"].lower()
-    assert alerts["TickworkCriticalScheduleLag"]["for"] == "5m"
-    assert "> 5" in alerts["TickworkCriticalScheduleLag"]["expr"]
-    assert "> 60" in alerts["TickworkCriticalBacklogStale"]["expr"]
-    assert "0.01 *" in alerts["TickworkLeaseExpiries"]["expr"]
-    assert ">= 2" in alerts["TickworkCanaryMissed"]["expr"]
 
 
 def test_the_dashboard_parses_and_queries_only_real_metrics() -> None:
@@ -328,7 +360,7 @@ def test_the_dashboard_parses_and_queries_only_real_metrics() -> None:
 
 def test_team_roles_grant_lease_on_their_queues() -> None:
     everything = rendered("everything")
-    role = everything.one("Role", "tickwork-exporter")
+    role = everything.one("Role", f"{RELEASE}-tickwork-exporter.{NAMESPACE}")
     assert role["metadata"]["namespace"] == "team-b"
     [lease] = [r for r in role["rules"] if "lease" in r["verbs"]]
     assert lease == {
@@ -337,7 +369,7 @@ def test_team_roles_grant_lease_on_their_queues() -> None:
         "resourceNames": ["billing", "x"],
         "verbs": ["lease"],
     }
-    binding = everything.one("RoleBinding", "tickwork-exporter")
+    binding = everything.one("RoleBinding", f"{RELEASE}-tickwork-exporter.{NAMESPACE}")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "exporter", "namespace": "team-b"}
     ]
@@ -349,14 +381,20 @@ def test_the_webhook_configuration_is_the_operators() -> None:
     from tickwork.operator import admission
 
     for values, namespaces in (("minimal", ()), ("namespaced", ("team-a", "team-b"))):
-        chart_config = rendered(values).one(
-            "ValidatingWebhookConfiguration", "scheduledjobs.tickwork.dev"
-        )
+        [chart_config] = rendered(values).kinds("ValidatingWebhookConfiguration")
         [ours] = chart_config["webhooks"]
         client = dict(ours["clientConfig"])
-        client.pop("caBundle", None)
+        assert "caBundle" not in client  # the operator's or cert-manager's to write
         service = {k: v for k, v in client["service"].items() if k != "path"}
-        expected = admission.configuration({"service": service}, namespaces)
+        # The operator patches the caBundle of the configuration it is told of.
+        [operator] = rendered(values).one("Deployment", name("operator"))["spec"]["template"][
+            "spec"
+        ]["containers"]
+        given = f"--webhook-configuration={chart_config['metadata']['name']}"
+        assert given in operator["args"]
+        expected = admission.configuration(
+            {"service": service}, namespaces, chart_config["metadata"]["name"]
+        )
         [theirs] = expected["webhooks"]
         assert {**ours, "clientConfig": client} == theirs
         assert chart_config["metadata"]["name"] == expected["metadata"]["name"]

@@ -148,3 +148,39 @@ async def serving(
             yield Api(url, services, server, metrics)
         finally:
             await server.stop()
+
+
+# Two shards, each the only shard of its own database (production's layout: one URL per
+# shard), migrated once per run of the package and cloned per test.
+SEPARATE_TEMPLATES = ("tickwork_faults_shard0_template", "tickwork_faults_shard1_template")
+
+
+@pytest.fixture(scope="package")
+async def separate_templates(postgres: PostgresProcess) -> tuple[str, ...]:
+    admin = await asyncpg.connect(postgres.url)
+    try:
+        for name in SEPARATE_TEMPLATES:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    base = postgres.url.rsplit("/", 1)[0]
+    await migrate.migrate_all(
+        ShardMap.from_dsns([f"{base}/{n}" for n in SEPARATE_TEMPLATES]).shards
+    )
+    return SEPARATE_TEMPLATES
+
+
+@pytest.fixture
+async def separate_urls(
+    postgres: PostgresProcess, separate_templates: tuple[str, ...]
+) -> AsyncIterator[list[str]]:
+    """Shard 0 and shard 1 in two databases of their own, freshly cloned."""
+    if not postgres.running:
+        postgres.start()
+    async with contextlib.AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(
+                scratch_database(postgres.url, f"tickwork_faults_shard{n}", template)
+            )
+            for n, template in enumerate(separate_templates)
+        ]

@@ -46,6 +46,21 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/*
+The name of an object outside the release namespace (cluster-scoped, or in a team's
+or a watched namespace): the release's own name qualified by its namespace, so two
+releases (even of the same name, in two namespaces) never share one.
+*/}}
+{{- define "tickwork.clusterName" -}}
+{{- printf "%s.%s" .name (.root.Release.Namespace | default "default") -}}
+{{- end -}}
+
+{{/* The release's ValidatingWebhookConfiguration (the operator's default name,
+scheduledjobs.tickwork.dev, qualified by the release and its namespace). */}}
+{{- define "tickwork.webhookConfiguration" -}}
+{{- printf "%s.%s.scheduledjobs.tickwork.dev" (include "tickwork.fullname" .) (.Release.Namespace | default "default") -}}
+{{- end -}}
+
 {{/* The Secret and key holding the database URLs. */}}
 {{- define "tickwork.databaseSecret" -}}
 {{- if .Values.database.existingSecret -}}
@@ -55,19 +70,56 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when the bundled PostgreSQL's password is drawn at install by the secrets
+hook (no password given): a render holds no random value. */}}
+{{- define "tickwork.generatesDatabase" -}}
+{{- if and .Values.postgresql.enabled (not .Values.postgresql.password) (not .Values.database.existingSecret) (not .Values.database.shardSecrets) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The dashboard's session secret: the given Secret, or the one the hook draws. */}}
+{{- define "tickwork.uiSecret" -}}
+{{- if .Values.dispatcher.uiSecret.existingSecret -}}
+{{- .Values.dispatcher.uiSecret.existingSecret -}}
+{{- else -}}
+{{- printf "%s-ui" (include "tickwork.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the webhook's certificate is drawn at install by the secrets hook
+(no cert-manager). */}}
+{{- define "tickwork.generatesWebhookCertificate" -}}
+{{- if and .Values.operator.enabled .Values.operator.webhook.enabled (not .Values.operator.webhook.certManager.enabled) -}}true{{- end -}}
+{{- end -}}
+
 {{- define "tickwork.postgresqlName" -}}
 {{- printf "%s-postgresql" (include "tickwork.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Environment of every role: the shards, the database URLs, logging. */}}
+{{/* Environment of every role: the shards, the database URLs, logging, extraEnv. */}}
 {{- define "tickwork.env" -}}
 - name: TICKWORK_SHARDS
   value: {{ .Values.shards | quote }}
+{{- with .Values.database.shardSecrets }}
+{{- $refs := list }}
+{{- range $shard, $ref := . }}
+{{- $variable := printf "DATABASE_URL_SHARD_%d" $shard }}
+{{- $refs = append $refs (printf "$(%s)" $variable) }}
+- name: {{ $variable }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+{{- end }}
+# Each shard's URL (and password) from a Secret of its own, joined here by the kubelet.
+- name: TICKWORK_DATABASE_URL
+  value: {{ join " " $refs | quote }}
+{{- else }}
 - name: TICKWORK_DATABASE_URL
   valueFrom:
     secretKeyRef:
       name: {{ include "tickwork.databaseSecret" . }}
       key: {{ .Values.database.secretKey }}
+{{- end }}
 - name: TICKWORK_LOG_FORMAT
   value: {{ .Values.logFormat | quote }}
 - name: TICKWORK_LOG_LEVEL
@@ -80,6 +132,9 @@ app.kubernetes.io/component: {{ .component }}
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* A writable /tmp on the read-only root filesystem. */}}
@@ -92,6 +147,92 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "tickwork.tmpMount" -}}
 - name: tmp
   mountPath: /tmp
+{{- end -}}
+
+{{/* A role's volumes and its container's mounts: /tmp and extraVolumes(Mounts). */}}
+{{- define "tickwork.volumes" -}}
+{{ include "tickwork.tmpVolume" . }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "tickwork.volumeMounts" -}}
+{{ include "tickwork.tmpMount" . }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A pod's labels: its selector labels, over podLabels and the role's podLabels (the
+chart's own cannot be overridden: the Deployments and policies select by them).
+*/}}
+{{- define "tickwork.podLabels" -}}
+{{- $own := include "tickwork.selectorLabels" (dict "root" .root "component" .component) | fromYaml }}
+{{- $labels := merge $own (.values.podLabels | default dict) (.root.Values.podLabels | default dict) }}
+{{- toYaml $labels }}
+{{- end -}}
+
+{{/* A pod's annotations: podAnnotations, the role's over them, and `extra`. */}}
+{{- define "tickwork.podAnnotations" -}}
+{{- $annotations := merge (.extra | default dict) (.values.podAnnotations | default dict) (.root.Values.podAnnotations | default dict) }}
+{{- with $annotations }}
+{{- toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Where a role's pods run: priorityClassName (the role's, else the global one),
+nodeSelector, tolerations, affinity (else the role's antiAffinity, where it has one)
+and topologySpreadConstraints (one without labelSelector spreads the role's pods).
+*/}}
+{{- define "tickwork.scheduling" -}}
+{{- $values := .values }}
+{{- $selector := include "tickwork.selectorLabels" (dict "root" .root "component" .component) | fromYaml }}
+{{- with (default .root.Values.priorityClassName $values.priorityClassName) }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if $values.affinity }}
+affinity:
+  {{- toYaml $values.affinity | nindent 2 }}
+{{- else if eq (default "none" $values.antiAffinity) "hard" }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- toYaml $selector | nindent 12 }}
+{{- else if eq (default "none" $values.antiAffinity) "soft" }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- toYaml $selector | nindent 14 }}
+{{- end }}
+{{- with $values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $constraint := deepCopy . }}
+  {{- if not (hasKey $constraint "labelSelector") }}
+  {{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) }}
+  {{- end }}
+  - {{ toYaml $constraint | indent 4 | trim }}
+  {{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "tickwork.podSpecCommon" -}}
@@ -175,4 +316,52 @@ egress:
 {{- else -}}
 policyTypes: [Ingress]
 {{- end -}}
+{{- end -}}
+
+{{/*
+The pod of one of the chart's hook Jobs (secrets, uninstall): the tickwork image with
+the lifecycle command, scheduled and labelled like the migration Job, as the hook's
+own ServiceAccount (it calls the API server). `args` are the command's.
+*/}}
+{{- define "tickwork.hookPod" -}}
+{{- $values := .root.Values.migrate }}
+metadata:
+  labels:
+    {{- include "tickwork.podLabels" (dict "root" .root "component" .component "values" $values) | nindent 4 }}
+  {{- with include "tickwork.podAnnotations" (dict "root" .root "values" $values) }}
+  annotations:
+    {{- . | nindent 4 }}
+  {{- end }}
+spec:
+  restartPolicy: Never
+  serviceAccountName: {{ include "tickwork.component" (dict "root" .root "component" .component) }}
+  automountServiceAccountToken: true
+  {{- include "tickwork.podSpecCommon" .root | trim | nindent 2 }}
+  {{- with include "tickwork.scheduling" (dict "root" .root "component" .component "values" $values) | trim }}
+  {{- . | nindent 2 }}
+  {{- end }}
+  containers:
+    - name: {{ .component }}
+      image: {{ include "tickwork.image" .root }}
+      imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+      command: [python, -m, tickwork.operator.lifecycle]
+      args:
+        {{- toYaml .args | nindent 8 }}
+      securityContext:
+        {{- toYaml .root.Values.securityContext | nindent 8 }}
+      resources:
+        {{- toYaml $values.resources | nindent 8 }}
+      volumeMounts:
+        {{- include "tickwork.tmpMount" .root | nindent 8 }}
+  volumes:
+    {{- include "tickwork.tmpVolume" .root | nindent 4 }}
+{{- end -}}
+
+{{/* The annotations of a hook's objects: the hook, its order, and its cleanup (the
+previous run's objects go before a new run; a run's go once it succeeded, a failed
+one's stay for its logs). */}}
+{{- define "tickwork.hookAnnotations" -}}
+helm.sh/hook: {{ .hook }}
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}

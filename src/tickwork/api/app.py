@@ -20,6 +20,7 @@ from tickwork.api import (
     ops_routes,
     problems,
     render,
+    request_metrics,
     worker_routes,
 )
 from tickwork.api.services import Services
@@ -201,9 +202,9 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(jobs_routes.router)
     app.include_router(audit_routes.router)
     dashboard.install(app, services)
-    # Outermost last: a client gone before its body was read (not an error), the body
-    # deadline, then authentication (before any body is read), then the body size
-    # limit, then the hot calls (fast_path).
+    # Outermost last: every answer counted, a client gone before its body was read
+    # (not an error), the body deadline, then authentication (before any body is
+    # read), then the body size limit, then the hot calls (fast_path).
     app.add_middleware(fast_path.FastPath)
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     app.add_middleware(
@@ -211,4 +212,5 @@ def create_app(services: Services) -> FastAPI:
     )
     app.add_middleware(edge.BodyDeadline, seconds=services.settings.body_timeout_seconds)
     app.add_middleware(edge.ClientGone)
+    app.add_middleware(request_metrics.RequestMetrics, metrics=services.metrics, routes=app.routes)
     return app

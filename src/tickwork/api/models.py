@@ -95,12 +95,24 @@ class Health(Model):
 
 
 class Ready(Model):
-    status: Literal["ready"]
+    """``/readyz`` while at least one shard serves: ``degraded`` when some do not."""
+
+    status: Literal["ready", "degraded"]
     shards: int
+    problems: list[str] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="While degraded: why, one line per shard that does not serve.",
+        json_schema_extra=_never_null,
+    )
+    down: list[int] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="While degraded: the shards that do not serve.",
+        json_schema_extra=_never_null,
+    )
 
 
 class NotReady(Model):
-    """``/readyz`` when a shard is down: not a problem document, a status like 200's."""
+    """``/readyz`` when no shard serves: not a problem document, a status like 200's."""
 
     status: Literal["unavailable"]
     problems: list[str] = Field(description="Why, one line per shard.")

@@ -26,23 +26,29 @@ async def healthz() -> Response:
 
 @router.get(
     "/readyz",
-    summary="Every shard is reachable and migrated (no authentication)",
+    summary="This process can serve: at least one shard serves (no authentication)",
     responses={
-        200: {"model": models.Ready},
+        200: {
+            "model": models.Ready,
+            "description": "Ready; `degraded` when some shards do not serve (`problems` says "
+            "why, `down` which).",
+        },
         503: {
             "model": models.NotReady,
-            "description": "Not ready: `problems` says why, `down` which shards.",
+            "description": "Not ready: no shard serves, or, before this process was first "
+            "ready, a shard is still behind its schema. `problems` says why, `down` which.",
         },
     },
 )
 async def readyz(request: Request) -> Response:
     svc = services(request)
     found = await svc.engine.readiness(svc.settings.readiness_timeout_seconds)
+    svc.metrics.set_shards_up(found.shards, found.down)
+    problems = {"problems": list(found.problems), "down": list(found.down)}
     if not found.ready:
-        return responses.json(
-            {"status": "unavailable", "problems": list(found.problems), "down": list(found.down)},
-            503,
-        )
+        return responses.json({"status": "unavailable", **problems}, 503)
+    if found.problems:
+        return responses.json({"status": "degraded", "shards": found.shards, **problems})
     return responses.json({"status": "ready", "shards": found.shards})
 
 

@@ -42,7 +42,9 @@ def listen(host: str, port: int, backlog: int = _EDGE.backlog) -> socket.socket:
     """Bind and listen on ``host:port`` now, so a role can say "port in use" before it
     starts anything else (uvicorn would log the error and exit the process)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose protocol says
+    # TCP, and without it a keep-alive request's answer waited out Nagle's delay.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

@@ -84,8 +84,10 @@ def operator(**given: Any) -> None:
 
 
 async def _check_shards(engine: installation.Installation) -> None:
-    """Refuse to start on shards of another schema version; a shard that is down is
-    only logged (objects show StoreUnavailable until it is back)."""
+    """Refuse to start on a shard this release will not serve until someone acts (it
+    holds another shard, a reshard is half done, its schema is newer than this code runs
+    against); a shard that is down or that a migration has not reached yet is only
+    logged (its objects show StoreUnavailable until it serves)."""
     found = await engine.readiness(START_CHECK_SECONDS)
     for number, problem in zip(found.down, found.details, strict=True):
         if number in found.mismatched:

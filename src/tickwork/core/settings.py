@@ -670,6 +670,30 @@ class WebhookSettings(Settings):
     key_file: Annotated[Path | None, Option("--webhook-key", path="file", exists=True)] = None
     """PEM private key of ``--webhook-cert``."""
 
+    ca_file: Annotated[Path | None, Option("--webhook-ca", path="file", exists=True)] = None
+    """PEM certificate of the CA that signed ``--webhook-cert``: written as the
+    configuration's ``caBundle`` (managed), or with ``--no-webhook-manage`` into the
+    ``caBundle`` of the configuration the chart keeps, and again whenever the files
+    change (the Helm chart's generated certificate)."""
+
+    configuration: Annotated[
+        str,
+        Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+        Option("--webhook-configuration"),
+    ] = "scheduledjobs.tickwork.dev"
+    """Name of the ``ValidatingWebhookConfiguration`` the operator writes (managed) or
+    whose ``caBundle`` it keeps (``--webhook-ca`` with ``--no-webhook-manage``); the
+    Helm chart names one per release."""
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_signs_the_given_certificate(
+        cls, value: Path | None, info: ValidationInfo
+    ) -> Path | None:
+        if value is not None and info.data.get("cert_file") is None:
+            raise ValueError("needs --webhook-cert and --webhook-key (the pair the CA signed)")
+        return value
+
     @property
     def enabled(self) -> bool:
         return self.port != 0

@@ -14,7 +14,15 @@ import contextlib
 import fnmatch
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -23,9 +31,21 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # From a shard's lease acquired to its first full pass (epoch taken, reaped, caught up).
 _TAKEOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# HTTP answers: a hot worker call takes about a millisecond; a lease long-poll waits up
+# to its waitSeconds (at most 30 s) when no run is ready.
+_HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 OTHER_JOBS = "_other"
+_PRIORITIES = ("critical", "default", "bulk")
+
+
+def register_process_collectors(registry: CollectorRegistry) -> None:
+    """``process_*`` (CPU, resident memory, open files, start time; Linux only) and
+    ``python_info`` on ``registry``: every role's own registry, not the library's
+    global one, which no role serves."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
 
 
 class JobLabels:
@@ -215,6 +235,46 @@ class Metrics:
             ["step"],
             registry=self.registry,
         )
+        self.shard_up = Gauge(
+            "tickwork_shard_up",
+            "1 while the shard serves (reachable, at a schema this release runs against, the "
+            "shard it should be), else 0: as this process's last readiness check found it.",
+            ["shard"],
+            registry=self.registry,
+        )
+        # --- The HTTP API's answers (api/request_metrics.py counts them) ---
+        self.http_requests = Counter(
+            "tickwork_http_requests",
+            "HTTP answers of the API, per method, route template (other: no route) and "
+            "status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.http_duration = Histogram(
+            "tickwork_http_request_duration_seconds",
+            "From a request's arrival in the app to its answer sent, per method and route "
+            "template (a lease long-poll counts its wait).",
+            ["method", "route"],
+            buckets=_HTTP_BUCKETS,
+            registry=self.registry,
+        )
+        register_process_collectors(self.registry)
+        self._initialise_known_series()
+
+    def _initialise_known_series(self) -> None:
+        """Export the series whose labels are known in advance at zero from the start.
+        A counter series created by its first increment shows up with 1 already, so
+        ``increase()`` over it reads 0 and an alert on it misses the first event of
+        each process (a first dead run, a first expiry)."""
+        for priority in _PRIORITIES:
+            self.schedule_lag.labels(priority)
+            self.start_lag.labels(priority)
+            for counter in (self.job_leases, self.lease_expiries, self.dead_runs):
+                counter.labels(OTHER_JOBS, priority)
+        for step in ("materialised", "promoted", "skipped", "reaped"):
+            self.scheduler_rows.labels(step)
+        for kind in ("outage", "error"):
+            self.scheduler_errors.labels(kind)
 
     def set_backlog(self, shard: int, backlog: Iterable[tuple[str, str, str, int, float]]) -> None:
         """Replace a shard's backlog gauges with ``(tenant, queue, priority, ready, oldest
@@ -245,6 +305,11 @@ class Metrics:
             self.canary_lag.labels(str(shard)).set(lag)
         self.canary_missed.labels(str(shard)).set(missed)
         self._canary_series.add(shard)
+
+    def set_shards_up(self, shards: int, down: Iterable[int]) -> None:
+        failing = set(down)
+        for shard in range(shards):
+            self.shard_up.labels(str(shard)).set(0 if shard in failing else 1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

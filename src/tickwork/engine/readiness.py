@@ -1,4 +1,14 @@
-"""Readiness: every shard reachable, migrated, and the shard it should be.
+"""Readiness: whether this process can serve, and what each shard's health is.
+
+A process is ready while at least one shard serves: reachable, at a schema version its
+code runs against (``store.compatibility``) and the shard it should be. One shard's
+outage must not take every replica out of its Service, so a shard that does not serve
+is reported (``problems``, ``down``, the ``tickwork_shard_up`` gauge, an alert), never
+by the readiness of the process while another shard serves. One exception holds a
+process back until it has first been ready: a shard still behind its schema (the
+migration of an upgrade has not reached it). A rolling update then keeps the previous
+release's pods, which serve the shards on either side of the migration, until the new
+pods serve every shard; once ready, a shard found behind is that shard's problem only.
 
 Every shard is checked at once, and the answer comes within ``within`` seconds even
 when a link hangs: a check that outlives the bound counts as a shard down and is left
@@ -15,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from dataclasses import dataclass
+from typing import Literal
 
 from tickwork.core.errors import SchemaMismatch
-from tickwork.store import migrate, outages
+from tickwork.store import compatibility, migrate, outages
 from tickwork.store.database import Database
 
 logger = logging.getLogger(__name__)
@@ -29,16 +41,34 @@ class Readiness:
     shards: int
     problems: tuple[str, ...] = ()  # one per shard down, for anyone to read
     down: tuple[int, ...] = ()  # the shard numbers the problems are about
-    mismatched: tuple[int, ...] = ()  # of those, the ones of another schema version
+    # Of those, the shards this code will not serve until someone acts: a schema of
+    # another shard, a reshard half done, a schema newer than this code runs against.
+    mismatched: tuple[int, ...] = ()
+    behind: tuple[int, ...] = ()  # of those, the shards a migration has not reached yet
     details: tuple[str, ...] = ()  # the same problems with their errors, for operators
+    starting: bool = False  # this process has not been ready yet
+
+    @property
+    def serving(self) -> tuple[int, ...]:
+        """The shards that serve."""
+        return tuple(n for n in range(self.shards) if n not in self.down)
 
     @property
     def ready(self) -> bool:
-        return not self.problems
+        """At least one shard serves (and, before the first time, none is behind)."""
+        return bool(self.serving) and not (self.starting and self.behind)
+
+    @property
+    def status(self) -> Literal["ready", "degraded", "unavailable"]:
+        if not self.ready:
+            return "unavailable"
+        return "degraded" if self.problems else "ready"
 
 
 # Checks past their bound, kept until they end.
 _abandoned: set[asyncio.Task[tuple[str, str] | None]] = set()
+# The databases (one per process) whose readiness has once been ready.
+_served: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
 def _unreachable(number: int, error: Exception) -> tuple[str, str]:
@@ -50,15 +80,22 @@ async def check(database: Database, within: float) -> Readiness:
     shard_map = database.shard_map
 
     mismatched: list[int] = []
+    behind: list[int] = []
 
     async def one(number: int) -> tuple[str, str] | None:
         """(what anyone may read, the detail) of a shard that is not ready."""
         try:
+            # A new pooled connection is refused for a shard this code does not serve
+            # (ShardNotServed); a pooled one is checked here, as the schema may have
+            # moved on since it was opened.
             async with database.connection(number) as conn:
                 await migrate.check_shard(conn, shard_map[number], shard_map.count)
-        except SchemaMismatch as error:
-            mismatched.append(number)
-            return f"shard {number}: {error.summary}", error.detail
+        except (SchemaMismatch, compatibility.ShardNotServed) as error:
+            mismatch = error if isinstance(error, SchemaMismatch) else error.mismatch
+            (behind if isinstance(mismatch, compatibility.SchemaBehind) else mismatched).append(
+                number
+            )
+            return f"shard {number}: {mismatch.summary}", mismatch.detail
         except Exception as error:
             if not outages.is_outage(error):
                 raise
@@ -90,10 +127,16 @@ async def check(database: Database, within: float) -> Readiness:
             problems.append(public)
             details.append(detail)
             down.append(number)
-    return Readiness(
+    found = Readiness(
         shard_map.count,
         tuple(problems),
         tuple(down),
-        tuple(sorted(mismatched)),
+        # A late check may still add to these: only what was found in time counts.
+        tuple(sorted(n for n in mismatched if tasks[n] not in late)),
+        tuple(sorted(n for n in behind if tasks[n] not in late)),
         tuple(details),
+        starting=database not in _served,
     )
+    if found.ready:
+        _served.add(database)
+    return found

@@ -12,7 +12,9 @@ A sub-package on top of the engine, beside the HTTP API (neither imports the oth
 - ``runtime``: the embeddable operator (``Operator.run(stop)``): admission on every
   replica, the writing parts on the leader; its health port is ``coordination.health``;
 - ``leadership``: the leader election as ``tickwork operator`` sets it up, its metrics;
-- ``instances``: Kopf instances side by side in one event loop.
+- ``instances``: Kopf instances side by side in one event loop;
+- ``lifecycle``: what the Helm chart's hook Jobs run (the Secrets drawn at install, the
+  finalizers released at uninstall).
 
 Importing this package imports no Kubernetes library; its modules do.
 """

@@ -7,11 +7,17 @@ ScheduledJob (cron syntax, IANA zone, payload size and content, name and namespa
 rules), and a refusal names the field (``spec.schedule.cron: ...``).
 
 Kopf serves the webhook (``on.validate``); ``ManagedWebhook`` keeps the
-``ValidatingWebhookConfiguration`` named ``scheduledjobs.tickwork.dev`` pointing at it.
-Kopf's own managed mode cannot set the contract's ``timeoutSeconds: 5`` (it writes 30)
-and removes the webhooks on exit, so the operator writes the configuration itself,
-with Kopf's naming (``<handler-id>.scheduledjobs.tickwork.dev``, the handler id as the
-URL path) and the client config Kopf's server yields (its URL and CA bundle).
+``ValidatingWebhookConfiguration`` (``scheduledjobs.tickwork.dev`` unless named
+otherwise) pointing at it. Kopf's own managed mode cannot set the contract's
+``timeoutSeconds: 5`` (it writes 30) and removes the webhooks on exit, so the operator
+writes the configuration itself, with Kopf's naming
+(``<handler-id>.scheduledjobs.tickwork.dev``, the handler id as the URL path) and the
+client config Kopf's server yields (its URL and CA bundle).
+
+Under the Helm chart the configuration is the chart's (``clientConfig.service``, one
+per release) and only its ``caBundle`` is the operator's: the chart cannot render a
+certificate that stays the same from one render to the next, so a hook generates it
+into a Secret at install and the leader writes its CA where the API server reads it.
 """
 
 from __future__ import annotations
@@ -60,10 +66,12 @@ def refusal(
 
 
 def configuration(
-    client_config: Mapping[str, Any], namespaces: Collection[str] = ()
+    client_config: Mapping[str, Any],
+    namespaces: Collection[str] = (),
+    name: str = CONFIGURATION_NAME,
 ) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration for a webhook server's client config; with
-    ``namespaces``, only objects in those namespaces are sent to it."""
+    """The ValidatingWebhookConfiguration ``name`` for a webhook server's client
+    config; with ``namespaces``, only objects in those namespaces are sent to it."""
     webhook: dict[str, Any] = {
         "name": f"{HANDLER_ID}.{CONFIGURATION_NAME}",
         "clientConfig": _with_handler_path(client_config, HANDLER_ID),
@@ -98,7 +106,7 @@ def configuration(
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {
-            "name": CONFIGURATION_NAME,
+            "name": name,
             "labels": {"app.kubernetes.io/managed-by": "tickwork"},
         },
         "webhooks": [webhook],
@@ -126,10 +134,13 @@ class WebhookServer(Protocol):
 class Applier(Protocol):
     async def apply_validating_webhook(self, configuration: Mapping[str, Any]) -> None: ...
 
+    async def keep_ca_bundle(self, name: str, ca_bundle: str) -> bool: ...
+
 
 class ManagedWebhook:
     """Wraps Kopf's webhook server: every client config it yields (at start, and when
-    its certificate files change) is written into the webhook configuration."""
+    its certificate files change) is written into the webhook configuration, whole or
+    (``ca_bundle_only``: the chart keeps the rest) its ``caBundle`` alone."""
 
     def __init__(
         self,
@@ -137,11 +148,16 @@ class ManagedWebhook:
         cluster: Applier | None,
         namespaces: Collection[str] = (),
         retry_seconds: float = 5.0,
+        *,
+        name: str = CONFIGURATION_NAME,
+        ca_bundle_only: bool = False,
     ) -> None:
         self.server = server
         self.cluster = cluster  # None: the configuration is kept elsewhere (the chart)
         self.namespaces = tuple(namespaces)
         self.retry_seconds = retry_seconds
+        self.name = name
+        self.ca_bundle_only = ca_bundle_only
         self._inner: Any = server
         self._latest: Mapping[str, Any] | None = None
         self._changed = asyncio.Event()
@@ -192,13 +208,12 @@ class ManagedWebhook:
                 if stop.is_set() or self._latest is None:
                     continue
                 self._changed.clear()
-                wanted = configuration(self._latest, self.namespaces)
                 try:
-                    await self.cluster.apply_validating_webhook(wanted)
+                    where = await self._write(self._latest)
                 except Exception as error:
                     logger.warning(
                         "cannot write the webhook configuration %s (retrying in %.0f s): %s",
-                        CONFIGURATION_NAME,
+                        self.name,
                         self.retry_seconds,
                         error,
                         extra={"action": "webhook-config-error"},
@@ -206,12 +221,26 @@ class ManagedWebhook:
                     self._changed.set()
                     await asyncio.wait({stopping}, timeout=self.retry_seconds)
                     continue
-                logger.info(
-                    "webhook configuration %s points at %s",
-                    CONFIGURATION_NAME,
-                    wanted["webhooks"][0]["clientConfig"].get("url", "its service"),
-                    extra={"action": "webhook-configured"},
-                )
+                if where is not None:
+                    logger.info(
+                        "webhook configuration %s %s",
+                        self.name,
+                        where,
+                        extra={"action": "webhook-configured"},
+                    )
                 self.configured.set()
         finally:
             stopping.cancel()
+
+    async def _write(self, client_config: Mapping[str, Any]) -> str | None:
+        """Write what is this replica's to write; what changed (None: nothing did)."""
+        assert self.cluster is not None
+        if self.ca_bundle_only:
+            bundle = client_config.get("caBundle")
+            if not bundle:
+                return None
+            changed = await self.cluster.keep_ca_bundle(self.name, str(bundle))
+            return "trusts the webhook's CA" if changed else None
+        wanted = configuration(client_config, self.namespaces, self.name)
+        await self.cluster.apply_validating_webhook(wanted)
+        return f"points at {wanted['webhooks'][0]['clientConfig'].get('url', 'its service')}"

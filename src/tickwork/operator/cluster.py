@@ -28,6 +28,7 @@ GROUP: Final = manifests.API_GROUP
 VERSION: Final = manifests.API_VERSION
 PLURAL: Final = manifests.PLURAL
 MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
 # An answer of the API server, or no answer at all.
 _FAILURES: Final = (ApiException, aiohttp.ClientError, TimeoutError)
 
@@ -189,6 +190,43 @@ class Cluster:
             )
         except _FAILURES as error:
             raise _error(f"update the webhook configuration {name}", error) from error
+
+    async def keep_ca_bundle(self, name: str, ca_bundle: str) -> bool:
+        """Write ``ca_bundle`` into every webhook of the ValidatingWebhookConfiguration
+        ``name``, which someone else keeps (the chart): a JSON patch of that field
+        alone, each entry tested by name first, so a concurrent change of the rest is
+        neither lost nor overwritten. False when each already had it (no write)."""
+        admission = client.AdmissionregistrationV1Api(self.api)
+        self._check_leading(f"write the caBundle of {name}")
+        try:
+            found = await admission.read_validating_webhook_configuration(name)
+        except _FAILURES as error:
+            if isinstance(error, ApiException) and error.status == 404:
+                raise ClusterError(
+                    f"the webhook configuration {name} does not exist (yet): "
+                    "the chart creates it with the release"
+                ) from error
+            raise _error(f"read the webhook configuration {name}", error) from error
+        operations: list[dict[str, Any]] = []
+        for index, webhook in enumerate(found.webhooks or []):
+            if webhook.client_config.ca_bundle == ca_bundle:
+                continue
+            path = f"/webhooks/{index}"
+            operations.append({"op": "test", "path": f"{path}/name", "value": webhook.name})
+            operations.append(
+                {"op": "add", "path": f"{path}/clientConfig/caBundle", "value": ca_bundle}
+            )
+        if not operations:
+            return False
+        try:
+            await admission.patch_validating_webhook_configuration(
+                name,
+                operations,
+                _content_type=JSON_PATCH,  # type: ignore[call-arg]
+            )
+        except _FAILURES as error:
+            raise _error(f"write the caBundle of {name}", error) from error
+        return True
 
 
 def _error(what: str, error: Exception) -> ClusterError:

@@ -8,8 +8,9 @@ written the way the API server's OpenAPI v3.0 subset spells them, and
 validators. What neither the schema nor CEL can check (cron syntax, IANA zones,
 payload size, credentials in payloads) the admission webhook checks.
 
-``make crds`` writes ``crds/scheduledjob.yaml`` with ``python -m tickwork.operator.crd``;
-a test fails when the file is stale.
+``make crds`` writes ``crds/scheduledjob.yaml`` and the Helm chart's copy
+(``charts/tickwork/files/crds/scheduledjob.yaml``, which a template installs and
+upgrades) with ``python -m tickwork.operator.crd``; a test fails when either is stale.
 """
 
 from __future__ import annotations
@@ -365,12 +366,14 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tickwork.operator.crd [FILE]``: write the CRD (to stdout without FILE)."""
+    """``python -m tickwork.operator.crd [FILE ...]``: write the CRD into each FILE (to
+    stdout without one)."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
         sys.stdout.write(render())
         return 0
-    Path(args[0]).write_text(render(), encoding="utf-8")
+    for name in args:
+        Path(name).write_text(render(), encoding="utf-8")
     return 0
 
 

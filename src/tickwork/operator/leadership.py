@@ -22,6 +22,7 @@ from tickwork.coordination import kubernetes
 from tickwork.coordination.coordinator import Timing
 from tickwork.coordination.leader import OPERATOR_LEASE, Change, LeaderElection
 from tickwork.core.settings import LeaderElectionSettings
+from tickwork.engine.metrics import register_process_collectors
 from tickwork.operator.cluster import Cluster
 
 DEFAULT_NAMESPACE = "tickwork"
@@ -48,6 +49,7 @@ class OperatorMetrics:
         )
         for change in ("acquired", "lost", "released"):
             self.transitions.labels(change)
+        register_process_collectors(self.registry)
 
     def changed(self, change: Change) -> None:
         self.leader.set(1 if change == "acquired" else 0)

@@ -63,6 +63,8 @@ def webhook_server(settings: WebhookSettings) -> kopf.WebhookServer:
         insecure=settings.insecure,
         certfile=None if settings.cert_file is None else str(settings.cert_file),
         pkeyfile=None if settings.key_file is None else str(settings.key_file),
+        # The caBundle of the client configs it yields (else the certificate itself).
+        cafile=None if settings.ca_file is None else str(settings.ca_file),
     )
 
 
@@ -118,10 +120,15 @@ class Operator:
         if webhook.enabled:
             self.admission_registry = kopf.OperatorRegistry()
             handlers.register(self.admission_registry, resources=False)
+            # Unmanaged, the configuration is the chart's; given the CA, its caBundle
+            # is still the operator's to keep.
+            keeps = webhook.manage or webhook.ca_file is not None
             self.webhook = ManagedWebhook(
                 webhook_server(webhook),
-                cluster if webhook.manage else None,
+                cluster if keeps else None,
                 self.settings.namespaces,
+                name=webhook.configuration,
+                ca_bundle_only=not webhook.manage,
             )
         self.health: HealthServer | None = None
         self.test_signals = self.context.signals
@@ -411,7 +418,8 @@ class Operator:
             return
 
     async def _readiness(self) -> Readiness:
-        """The leader is ready while it watches and every shard answers; a standby
+        """The leader is ready while it watches and a shard serves (``degraded``, naming
+        the shards that do not, while some do not: engine.readiness); a standby
         while it reaches the Lease (it could take over) and serves admission (when the
         webhook is on); either also needs the webhook serving."""
         role = "leader" if self.leading else "standby"
@@ -441,13 +449,17 @@ class Operator:
             return False, {"status": "starting", "detail": "not watching ScheduledJobs yet", **body}
         try:
             async with asyncio.timeout(2):
-                problem = await self._store_problem()
+                found = await readiness.check(
+                    self.jobs.database, self.settings.readiness_timeout_seconds
+                )
         except TimeoutError:
-            problem = "the store did not answer within 2 s"
-        if problem is not None:
-            return False, {"status": "unavailable", "detail": problem, **body}
+            detail = "the store did not answer within 2 s"
+            return False, {"status": "unavailable", "detail": detail, **body}
+        if not found.ready:
+            return False, {"status": "unavailable", "detail": "; ".join(found.problems), **body}
+        if found.problems:
+            # Objects on the other shards are reconciled; those on these show
+            # StoreUnavailable until their shard serves again.
+            shards = {"problems": list(found.problems), "down": list(found.down)}
+            return True, {"status": "degraded", **shards, **body}
         return True, {"status": "ready", **body}
-
-    async def _store_problem(self) -> str | None:
-        found = await readiness.check(self.jobs.database, self.settings.readiness_timeout_seconds)
-        return "; ".join(found.problems) or None

@@ -1,9 +1,12 @@
 """Connection pools, one per shard, each bound to its shard's schema (bounded as
-``PoolSettings`` says)."""
+``PoolSettings`` says). A pool opens no connection to a shard this code does not serve
+now (``compatibility``): its callers see that shard as unreachable until it is
+migrated."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -14,7 +17,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from tickwork.core.settings import PoolSettings
 from tickwork.core.shards import Shard, ShardMap
-from tickwork.store import outages
+from tickwork.store import compatibility, outages
 
 # Store functions accept a plain connection or one checked out of a pool.
 Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
@@ -101,6 +104,14 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
     undo, at the cost of a round trip at the end of every use."""
 
 
+async def _serves(conn: asyncpg.Connection, shard: Shard, shard_count: int) -> None:
+    """Refuse a new pooled connection to a shard this code does not serve now (behind
+    its schema, another shard, a reshard half done): ``compatibility``."""
+    from tickwork.store import migrate  # it imports this module
+
+    await compatibility.admit(conn, shard, shard_count, migrate.latest_version())
+
+
 class Database:
     """Pools for every shard of a ``ShardMap``; use as an async context manager."""
 
@@ -124,6 +135,7 @@ class Database:
                 command_timeout=settings.command_timeout,
                 timeout=settings.connect_timeout,
                 reset=_keep_session,
+                init=functools.partial(_serves, shard=shard, shard_count=self.shard_map.count),
             )
 
         shards = self.shard_map.shards

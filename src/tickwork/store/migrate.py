@@ -5,6 +5,13 @@ transaction per shard while holding an advisory lock, so two ``tickwork migrate`
 (or two pods starting) never apply the same step twice. ``schema_version`` records what
 each shard has; ``shard_meta`` records which shard a schema is, so a DSN list given in
 the wrong order is refused instead of silently mixing shards.
+
+Every migration follows the expand/contract rule of docs/operations.md (Upgrade): it
+adds what the new code reads and drops nothing the previous release still reads, so the
+previous release keeps serving a shard it migrated. A line ``-- compatible-from: N``
+says which code still runs against the shard once it is applied (the oldest schema
+version; by default the version just before the migration's); ``schema_version``
+records it, and ``compatibility`` judges a shard by it.
 """
 
 from __future__ import annotations
@@ -16,11 +23,8 @@ from functools import cache
 from importlib import resources
 from typing import Final
 
-import asyncpg
-
-from tickwork.core.errors import SchemaMismatch
 from tickwork.core.shards import Shard
-from tickwork.store import database, queries, retention
+from tickwork.store import compatibility, database, queries, retention
 from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
@@ -28,6 +32,7 @@ logger = logging.getLogger(__name__)
 # fullmatch, never ``$``: it would also match before a final newline.
 _FILE: Final = re.compile(r"([0-9]{4})_([a-z0-9_]+)\.sql")
 _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_COMPATIBLE_FROM: Final = re.compile(r"^--\s*compatible-from:\s*([0-9]+)\s*$", re.MULTILINE)
 # Any constant works; it only has to be the same in every tickwork process.
 _ADVISORY_LOCK: Final = 0x7469636B776F726B  # "tickwork"
 
@@ -35,11 +40,11 @@ MIGRATION_LOCK = queries.get("migration_lock")
 CREATE_SCHEMA_DDL = queries.get("create_schema_ddl")
 USE_SCHEMA = queries.get("use_schema")
 CREATE_VERSION_TABLE = queries.get("create_version_table")
+ADD_COMPATIBLE_FROM = queries.get("add_compatible_from")
 SHARD_IDENTITY = queries.get("shard_identity")
 CLAIM_SHARD_IDENTITY = queries.get("claim_shard_identity")
 APPLIED_VERSIONS = queries.get("applied_versions")
 RECORD_VERSION = queries.get("record_version")
-RESHARD_IN_PROGRESS = queries.get("reshard_in_progress")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,20 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def compatible_from(self) -> int:
+        """The oldest code (by schema version) that runs against a shard with this
+        migration applied: its ``-- compatible-from:`` line, else the version before."""
+        found = _COMPATIBLE_FROM.findall(self.sql)
+        if not found:
+            return self.version - 1
+        if len(found) > 1 or int(found[0]) > self.version:
+            raise RuntimeError(
+                f"migration {self.version:04d}_{self.name}: one `-- compatible-from: N` "
+                f"line at most, with N <= {self.version}"
+            )
+        return int(found[0])
 
 
 @cache
@@ -86,6 +105,7 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
         await conn.execute(await conn.fetchval(CREATE_SCHEMA_DDL, schema))
         await conn.fetchval(USE_SCHEMA, schema)
         await conn.execute(CREATE_VERSION_TABLE)
+        await conn.execute(ADD_COMPATIBLE_FROM)
         applied = {row["version"] for row in await conn.fetch(APPLIED_VERSIONS)}
         for migration in migrations():
             if migration.version in applied:
@@ -103,7 +123,9 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
                 },
             )
             await conn.execute(migration.sql)
-            await conn.execute(RECORD_VERSION, migration.version, migration.name)
+            await conn.execute(
+                RECORD_VERSION, migration.version, migration.name, migration.compatible_from
+            )
             applied_now.append(migration.version)
         if applied_now:
             first, last = applied_now[0], applied_now[-1]
@@ -128,39 +150,18 @@ async def _check_identity(conn: Connection, shard: Shard, shard_count: int) -> N
     row = await conn.fetchrow(SHARD_IDENTITY)
     if row is None or (row["shard"], row["shard_count"]) != (shard.number, shard_count):
         found = "nothing" if row is None else f"shard {row['shard']} of {row['shard_count']}"
-        raise SchemaMismatch(
-            f"schema {shard.schema} at {_redacted(shard.dsn)} should hold shard "
-            f"{shard.number} of {shard_count} but holds {found}",
-            summary=f"should hold shard {shard.number} of {shard_count} but holds {found}",
-        )
+        raise compatibility.identity_mismatch(shard, shard_count, found)
 
 
 async def check_shard(conn: Connection, shard: Shard, shard_count: int) -> None:
-    """Raise ``SchemaMismatch`` unless the shard is migrated and is the shard expected.
+    """Raise ``SchemaMismatch`` unless this release serves the shard: migrated to its
+    schema version (or one ahead that keeps it working), the shard expected, no reshard
+    half done (``compatibility.check``). ``compatibility.SchemaBehind`` says a
+    migration is due.
 
     ``conn`` must have the shard's schema on its search path (``database.connect``).
     """
-    try:
-        versions = [row["version"] for row in await conn.fetch(APPLIED_VERSIONS)]
-    except asyncpg.UndefinedTableError:
-        versions = []
-    latest = latest_version()
-    if not versions or versions[-1] != latest:
-        have = versions[-1] if versions else 0
-        raise SchemaMismatch(
-            f"shard {shard.number} is at schema version {have}, this release needs "
-            f"{latest}: run `tickwork migrate`",
-            summary=f"schema {have}, code needs {latest}",
-        )
-    await _check_identity(conn, shard, shard_count)
-    moving = await conn.fetchrow(RESHARD_IN_PROGRESS)
-    if moving is not None:
-        raise SchemaMismatch(
-            f"shard {shard.number} is being resharded from {moving['from_count']} to "
-            f"{moving['to_count']} shards and the reshard has not finished: run "
-            f"`tickwork reshard --to {moving['to_count']}` again to finish it",
-            summary="a reshard has not finished",
-        )
+    await compatibility.check(conn, shard, shard_count, latest_version())
 
 
 async def migrate_all(shards: tuple[Shard, ...]) -> dict[int, list[int]]:
@@ -173,8 +174,3 @@ async def migrate_all(shards: tuple[Shard, ...]) -> dict[int, list[int]]:
         finally:
             await conn.close()
     return result
-
-
-def _redacted(dsn: str) -> str:
-    """A DSN without its password, for messages."""
-    return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", dsn)

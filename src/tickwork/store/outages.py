@@ -1,7 +1,9 @@
 """What counts as a store outage: an error that the same call, repeated after a pause,
 can get past. PostgreSQL restarting (``57P03`` "the database system is starting up",
 admin or crash shutdown), a connection that was reset, closed or never made, a link
-that stopped answering (a timeout), a server out of connection slots.
+that stopped answering (a timeout), a server out of connection slots, and no server of
+a multi-host URL taking writes (``target_session_attrs=read-write`` while a standby is
+being promoted).
 
 Every background loop backs off and retries on these instead of exiting, and the API
 answers them ``503 store-unavailable`` with ``Retry-After`` instead of ``500``. Anything
@@ -23,6 +25,8 @@ CANDIDATES: Final[tuple[type[Exception], ...]] = (
     exceptions.OperatorInterventionError,  # class 57: shutdown, starting up, cancelled
     exceptions.TooManyConnectionsError,
     asyncpg.InterfaceError,
+    # Every server answered, none as the session attributes ask: a failover under way.
+    exceptions.TargetServerAttributeNotMatched,
 )
 
 

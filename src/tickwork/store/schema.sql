@@ -281,7 +281,8 @@ CREATE UNIQUE INDEX scheduler_members_pkey ON scheduler_members USING btree (ide
 CREATE TABLE schema_version (
     version integer NOT NULL,
     name text NOT NULL,
-    applied_at timestamp with time zone NOT NULL DEFAULT now()
+    applied_at timestamp with time zone NOT NULL DEFAULT now(),
+    compatible_from integer
 );
 ALTER TABLE schema_version ADD CONSTRAINT schema_version_pkey PRIMARY KEY (version);
 CREATE UNIQUE INDEX schema_version_pkey ON schema_version USING btree (version);

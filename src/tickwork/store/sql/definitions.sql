@@ -1,14 +1,20 @@
 -- Job definitions.
 
 -- name: definition_for_update
-SELECT * FROM definitions WHERE tenant = $1 AND name = $2 FOR UPDATE
+SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
+       generation, created_at, updated_at, managed_by, missed_caught_up
+FROM definitions WHERE tenant = $1 AND name = $2 FOR UPDATE
 
 -- name: definition_for_share
 -- Enqueue holds the definition so a concurrent delete cannot orphan the new run.
-SELECT * FROM definitions WHERE tenant = $1 AND name = $2 FOR SHARE
+SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
+       generation, created_at, updated_at, managed_by, missed_caught_up
+FROM definitions WHERE tenant = $1 AND name = $2 FOR SHARE
 
 -- name: definition
-SELECT * FROM definitions WHERE tenant = $1 AND name = $2
+SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
+       generation, created_at, updated_at, managed_by, missed_caught_up
+FROM definitions WHERE tenant = $1 AND name = $2
 
 -- name: upsert_definition
 -- (xmax = 0) is true for a row this statement inserted, false for an update.
@@ -29,7 +35,9 @@ SET spec = EXCLUDED.spec,
     generation = d.generation + 1,
     updated_at = EXCLUDED.updated_at,
     managed_by = EXCLUDED.managed_by
-RETURNING *, (xmax = 0) AS inserted
+RETURNING tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
+          generation, created_at, updated_at, managed_by, missed_caught_up,
+          (xmax = 0) AS inserted
 
 -- name: delete_definition
 DELETE FROM definitions WHERE tenant = $1 AND name = $2 RETURNING name
@@ -49,11 +57,15 @@ SET paused = $3,
                       ELSE coalesce($4::timestamptz, now()) END
 FROM before
 WHERE d.tenant = $1 AND d.name = $2
-RETURNING d.*, before.paused IS DISTINCT FROM $3 AS changed
+RETURNING d.tenant, d.name, d.spec, d.queue, d.priority, d.paused, d.next_due_at,
+          d.missed_dropped, d.generation, d.created_at, d.updated_at, d.managed_by,
+          d.missed_caught_up,
+          before.paused IS DISTINCT FROM $3 AS changed
 
 -- name: definitions_of_tenant
 -- Keyset by name; the cross-shard merge takes the first `limit` of all shards.
-SELECT *
+SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
+       generation, created_at, updated_at, managed_by, missed_caught_up
 FROM definitions
 WHERE tenant = $1 AND ($2::text IS NULL OR name > $2)
 ORDER BY name

@@ -2,7 +2,11 @@
 
 -- name: dead_runs
 -- A tenant's dead runs, newest death first; ($3, $4) is the keyset cursor.
-SELECT *
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
 FROM finished_runs
 WHERE state = 'dead' AND tenant = $1
   AND ($2::text IS NULL OR job = $2)
@@ -34,7 +38,11 @@ SELECT id, tenant, job, queue, priority, 'ready', origin, 0, max_attempts, retry
                  FROM definitions AS d
                  WHERE d.tenant = revived.tenant AND d.name = revived.job), false)
 FROM revived, clock
-RETURNING *
+RETURNING id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+          retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+          idempotency_key, payload, fencing_token, lease_owner, leased_at,
+          lease_expires_at, deadline, cancel_requested, last_error, created_at,
+          updated_at, finished_at, concurrency, request_fingerprint, dry_run
 
 -- name: discard_dead
 WITH discarded AS (
@@ -48,4 +56,9 @@ WITH discarded AS (
     SELECT DISTINCT tenant, job FROM discarded
     ON CONFLICT DO NOTHING
 )
-SELECT * FROM discarded
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
+FROM discarded

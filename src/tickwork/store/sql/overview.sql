@@ -76,7 +76,9 @@ SELECT DISTINCT tenant FROM definitions ORDER BY tenant LIMIT $1
 -- 'dead') and sorts them ($5, '-' for descending; names last as the tie-break, in the
 -- C collation the engine merges shards in). `total` counts every match.
 WITH jobs AS (
-    SELECT d.*,
+    SELECT d.tenant, d.name, d.spec, d.queue, d.priority, d.paused, d.next_due_at,
+           d.missed_dropped, d.generation, d.created_at, d.updated_at, d.managed_by,
+           d.missed_caught_up,
            c.active,
            c.dead,
            c.next_scheduled,
@@ -132,4 +134,9 @@ ORDER BY
 LIMIT $6
 
 -- name: runs_by_ids
-SELECT * FROM runs WHERE id = ANY($1::bigint[])
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
+FROM runs WHERE id = ANY($1::bigint[])

@@ -48,7 +48,16 @@ WITH clock AS (
     FROM inserted
     WHERE state = 'ready'
 )
-SELECT inserted.* FROM inserted, notified
+SELECT inserted.id, inserted.tenant, inserted.job, inserted.queue, inserted.priority,
+       inserted.state, inserted.origin, inserted.attempt, inserted.max_attempts,
+       inserted.retry_base, inserted.retry_max, inserted.timeout_seconds,
+       inserted.due_at, inserted.ready_at, inserted.start_deadline,
+       inserted.idempotency_key, inserted.payload, inserted.fencing_token,
+       inserted.lease_owner, inserted.leased_at, inserted.lease_expires_at,
+       inserted.deadline, inserted.cancel_requested, inserted.last_error,
+       inserted.created_at, inserted.updated_at, inserted.finished_at,
+       inserted.concurrency, inserted.request_fingerprint, inserted.dry_run
+FROM inserted, notified
 
 -- name: new_run_ids
 SELECT nextval('run_ids') AS id FROM generate_series(1, $1)
@@ -99,20 +108,39 @@ WITH clock AS (
     SELECT DISTINCT tenant, job FROM inserted
     ON CONFLICT DO NOTHING
 )
-SELECT * FROM inserted ORDER BY id
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint, dry_run
+FROM inserted ORDER BY id
 
 -- name: run_by_key
-SELECT r.*
+SELECT r.id, r.tenant, r.job, r.queue, r.priority, r.state, r.origin, r.attempt,
+       r.max_attempts, r.retry_base, r.retry_max, r.timeout_seconds, r.due_at,
+       r.ready_at, r.start_deadline, r.idempotency_key, r.payload, r.fencing_token,
+       r.lease_owner, r.leased_at, r.lease_expires_at, r.deadline, r.cancel_requested,
+       r.last_error, r.created_at, r.updated_at, r.finished_at, r.concurrency,
+       r.request_fingerprint
 FROM run_keys AS k
 JOIN runs AS r ON r.id = k.run_id
 WHERE k.tenant = $1 AND k.job = $2 AND k.idempotency_key = $3
 
 -- name: run_by_id
-SELECT * FROM runs WHERE id = $1
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
+FROM runs WHERE id = $1
 
 -- name: runs_of_job
 -- Newest first; $3 is the cursor (the last id seen), $4 an optional state filter.
-SELECT *
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
 FROM runs
 WHERE tenant = $1 AND job = $2
   AND ($3::bigint IS NULL OR id < $3)
@@ -131,13 +159,28 @@ ORDER BY fencing_token
 -- name: lock_run
 -- The live row, locked; else the finished one (finished rows change only through the
 -- DLQ, which locks them itself).
-SELECT * FROM live_runs WHERE id = $1 FOR UPDATE
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint, dry_run
+FROM live_runs WHERE id = $1 FOR UPDATE
 
 -- name: finished_run
-SELECT * FROM finished_runs WHERE id = $1
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
+FROM finished_runs WHERE id = $1
 
 -- name: finished_runs_by_id
-SELECT * FROM finished_runs WHERE id = ANY($1::bigint[])
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
+FROM finished_runs WHERE id = ANY($1::bigint[])
 
 -- name: cancel_pending
 -- Runs not yet leased end as cancelled: they leave live_runs for the history.
@@ -160,14 +203,22 @@ SELECT id, tenant, job, queue, priority, 'cancelled', origin, attempt, max_attem
        deadline, cancel_requested, last_error, created_at, clock.now, clock.now,
        concurrency, request_fingerprint
 FROM ended, clock
-RETURNING *
+RETURNING id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+          retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+          idempotency_key, payload, fencing_token, lease_owner, leased_at,
+          lease_expires_at, deadline, cancel_requested, last_error, created_at,
+          updated_at, finished_at, concurrency, request_fingerprint
 
 -- name: request_cancel
 -- A leased run finishes its lease: its next heartbeat answers cancelRequested.
 UPDATE live_runs
 SET cancel_requested = true, updated_at = coalesce($2::timestamptz, now())
 WHERE id = $1 AND state = 'leased'
-RETURNING *
+RETURNING id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+          retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+          idempotency_key, payload, fencing_token, lease_owner, leased_at,
+          lease_expires_at, deadline, cancel_requested, last_error, created_at,
+          updated_at, finished_at, concurrency, request_fingerprint, dry_run
 
 -- name: cancel_runs_of_job
 -- Deleting a job: pending runs end as cancelled, leased runs are asked to stop.
@@ -208,7 +259,11 @@ SELECT (SELECT count(*) FROM live_runs
 
 -- name: last_finished_run
 -- The newest run of the job that has finished.
-SELECT *
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
 FROM finished_runs
 WHERE tenant = $1 AND job = $2
 ORDER BY id DESC
@@ -351,4 +406,13 @@ WITH clock AS (
     FROM inserted
     WHERE state = 'ready'
 )
-SELECT inserted.* FROM inserted, notified
+SELECT inserted.id, inserted.tenant, inserted.job, inserted.queue, inserted.priority,
+       inserted.state, inserted.origin, inserted.attempt, inserted.max_attempts,
+       inserted.retry_base, inserted.retry_max, inserted.timeout_seconds,
+       inserted.due_at, inserted.ready_at, inserted.start_deadline,
+       inserted.idempotency_key, inserted.payload, inserted.fencing_token,
+       inserted.lease_owner, inserted.leased_at, inserted.lease_expires_at,
+       inserted.deadline, inserted.cancel_requested, inserted.last_error,
+       inserted.created_at, inserted.updated_at, inserted.finished_at,
+       inserted.concurrency, inserted.request_fingerprint, inserted.dry_run
+FROM inserted, notified
