@@ -6,6 +6,10 @@ example worker: the standard library and kubectl only, so it runs unchanged in C
 - delayed: a run enqueued with delaySeconds starts no earlier and succeeds;
 - retried and failing: a `flaky-export` run succeeds on its second attempt, a
   `poison-pill` run ends dead, in the DLQ;
+- a container job (`e2e-container`, run by the chart's job-runner): its run's first
+  attempt is a Job that fails with its container's termination message, its retry a
+  second Job that succeeds; one Job per attempt, owned by the ScheduledJob, and
+  `kubectl get sj` shows the last one;
 - killing a scheduler pod loses nothing: every minute of `hello` across the kill has
   exactly one run, and each succeeded;
 - killing the leading operator pod: the webhook still refuses an invalid object at once
@@ -171,6 +175,8 @@ def main() -> None:
             sys.exit("FAILED: the dead poison-pill run is not in the DLQ")
         print("ok: the dead run is in the DLQ")
 
+        container_job(api)
+
         # A scheduler replica dies (no graceful shutdown): its shards must move over and
         # every cron minute across the kill still runs exactly once.
         selector = (
@@ -205,6 +211,52 @@ def main() -> None:
         print("ok: every minute across the scheduler kill ran exactly once and succeeded")
 
     kill_the_leading_operator(options.namespace, options.release)
+
+
+CONTAINER_JOB = "e2e-container"
+FAILS_ON_PURPOSE = "e2e: the first attempt fails on purpose"
+
+
+def container_job(api: Api) -> None:
+    """One run of the container job, failing its first attempt: two Jobs, one each."""
+    run_id = api.call("POST", f"/v1/jobs/{CONTAINER_JOB}/runs", {"payload": {"failFirst": True}})[
+        "runId"
+    ]
+
+    def succeeded() -> dict[str, Any] | None:
+        run = api.run(run_id)
+        return run if run["state"] == "succeeded" else None
+
+    done = wait_for("container job: the run succeeds with its second Job", succeeded, 300)
+    if done["attempt"] != 2:
+        sys.exit(f"FAILED: the container job's run took {done['attempt']} attempt(s), not 2")
+    first_error = (done["attempts"][0].get("error") or {}).get("message", "")
+    if FAILS_ON_PURPOSE not in first_error:
+        sys.exit(f"FAILED: the first attempt's error lacks the termination message: {first_error}")
+    print("ok: the failed Job's termination message is the attempt's error")
+    listed = json.loads(
+        kubectl("-n", TEAM, "get", "jobs", "-l", f"tickwork.dev/run={run_id}", "-o", "json")
+    )["items"]
+    names = sorted(item["metadata"]["name"] for item in listed)
+    expected = [f"{CONTAINER_JOB}-{run_id}-{attempt}" for attempt in (1, 2)]
+    if names != expected:
+        sys.exit(f"FAILED: the run's Jobs are {names}, not one per attempt {expected}")
+    for item in listed:
+        owners = [o["kind"] for o in item["metadata"].get("ownerReferences", [])]
+        if owners != ["ScheduledJob"] or item["spec"].get("backoffLimit") != 0:
+            sys.exit(
+                f"FAILED: Job {item['metadata']['name']}: owners {owners}, spec {item['spec']}"
+            )
+    print("ok: one Job per attempt, owned by the ScheduledJob")
+
+    def shows_last_job() -> str | None:
+        found = kubectl(
+            "-n", TEAM, "get", "sj", CONTAINER_JOB, "-o", "jsonpath={.status.lastJobName}"
+        )
+        return found if found.strip() == expected[1] else None
+
+    wait_for("kubectl get sj shows the last Job", shows_last_job, 60)
+    print(kubectl("-n", TEAM, "get", "sj", CONTAINER_JOB))
 
 
 def lease_holder(namespace: str) -> str | None:

@@ -2,8 +2,10 @@
 # End-to-end tests on a kind cluster: build the image, create a cluster, install the
 # chart with the bundled PostgreSQL, apply the example ScheduledJobs, run the example
 # worker in the cluster as its ServiceAccount, and check (e2e/check.py) that cron,
-# delayed and failing runs reach their states, that killing a scheduler pod loses
-# nothing and that killing the leading operator pod hands over to the standby; then
+# delayed and failing runs reach their states, that a container job's run is one Job
+# per attempt (the chart's job-runner, a real Job controller and real pods), that
+# killing a scheduler pod loses nothing and that killing the leading operator pod
+# hands over to the standby; then
 # that the chart renders the same twice, that an upgrade with the same values changes
 # neither the migration Job nor the Secrets drawn at install, and that an uninstall
 # leaves no ScheduledJob held by the operator's finalizer. Needs docker (a running
@@ -61,6 +63,7 @@ VALUES=(
   --set dispatcher.autoscaling.enabled=false --set dispatcher.replicas=1
   --set logFormat=json
   --set-json 'teams=[{"namespace":"default","serviceAccount":"example-worker","queues":["default","billing"]}]'
+  --set jobRunner.enabled=true --set-json 'jobRunner.namespaces=["default"]'
 )
 
 log "installing the chart"
@@ -77,6 +80,8 @@ kubectl -n default create configmap example-worker --from-file=worker.py=example
 sed -e "s|IMAGE|$IMAGE|" -e "s|DISPATCHER|http://$RELEASE-tickwork-dispatcher.$NAMESPACE.svc|" \
   e2e/worker.yaml | kubectl apply -f -
 kubectl -n default rollout status deployment/example-worker --timeout 180s
+sed -e "s|IMAGE|$IMAGE|" e2e/container-job.yaml | kubectl apply -f -
+kubectl -n default rollout status "deployment/$RELEASE-tickwork-job-runner-$NAMESPACE" --timeout 180s
 
 log "checking runs"
 "$PYTHON" e2e/check.py --namespace "$NAMESPACE" --release "$RELEASE"
@@ -110,4 +115,5 @@ if ((held)); then
   exit 1
 fi
 kubectl delete -f examples/jobs/ --timeout 60s
+kubectl -n default delete scheduledjob e2e-container --timeout 60s
 log "end-to-end tests passed"

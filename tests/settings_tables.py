@@ -15,6 +15,7 @@ from typing import Final
 from tickwork.cli.options import shown
 from tickwork.core import settings as role_settings
 from tickwork.core.settings import Setting, Settings, settings_of
+from tickwork.jobrunner.settings import JobRunnerSettings
 from tickwork.worker.settings import WorkerSettings
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -27,6 +28,7 @@ MODELS: Final[dict[str, type[Settings]]] = {
         role_settings.DispatcherSettings,
         role_settings.OperatorSettings,
         role_settings.DevSettings,
+        JobRunnerSettings,
         WorkerSettings,
     )
 }

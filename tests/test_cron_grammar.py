@@ -29,6 +29,7 @@ NAMES = {
     "month": {name: number for number, name in enumerate(MONTHS, 1)},
     "day-of-week": {name: number for number, name in enumerate(WEEKDAYS)},
 }
+MACROS = ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"]
 
 
 class Refused(Exception):
@@ -170,6 +171,8 @@ def accepts(expression: str) -> bool:
         return False
     if not all(c in " \t" or "!" <= c <= "~" for c in expression):
         return False
+    if expression.strip(" \t").lower() in MACROS:  # letters are case-insensitive
+        return True
     fields = [part for part in re.split("[ \t]", expression) if part]
     if len(fields) != 5:
         return False
@@ -212,6 +215,7 @@ items_ = st.one_of(
     st.sampled_from(["L", "l", "5L", "friL", "7l", "0L", "8L", "LL", "L5", "L-5", "*L"]),
     st.builds(lambda a, k: f"{a}#{k}", values, st.integers(0, 7).map(str)),
     st.sampled_from(["", "-", "/", "#", "*-5", "*/", "1-", "-1", "?", "H", "5W", "@daily"]),
+    st.sampled_from(["@", "@hourly", "@MIDNIGHT", "@reboot", "@every", "daily", "@*"]),
     st.sampled_from(["٣", "\uff15", "²", "1\u00a02", "1\n2", "é"]),
 )
 fields_ = st.lists(items_, min_size=1, max_size=4).map(",".join)
@@ -226,6 +230,22 @@ def expressions(draw: st.DrawFn) -> str:
     for field in fields[1:]:
         text += draw(blanks) + field
     return draw(edges) + text + draw(edges)
+
+
+@st.composite
+def macros(draw: st.DrawFn) -> str:
+    """A macro alone, in any case, with blanks and near misses around it."""
+    name = draw(
+        st.one_of(
+            st.sampled_from(MACROS),
+            st.sampled_from(["@reboot", "@every", "@fortnightly", "@", "@@daily", "@daily2"]),
+            st.sampled_from(["daily", "@dail", "@dailyy", "@da1ly", "@ daily", "@\u0131hourly"]),
+        )
+    )
+    upper = draw(st.lists(st.booleans(), min_size=len(name), max_size=len(name)))
+    cased = "".join(c.upper() if up else c for c, up in zip(name, upper, strict=True))
+    tail = draw(st.sampled_from(["", "", "", " *", " 5m", " 0 0 * * *", "*", ",", "/2"]))
+    return draw(edges) + cased + tail + draw(edges)
 
 
 @st.composite
@@ -267,7 +287,7 @@ AGREEMENT = settings(
 
 
 @AGREEMENT
-@given(st.one_of(expressions(), mostly_valid()))
+@given(st.one_of(expressions(), mostly_valid(), macros()))
 @example("0 0 31 2 *")
 @example("0 0 30,31 2 mon")
 @example("0 0 * feb mon#5")
@@ -277,6 +297,13 @@ AGREEMENT = settings(
 @example("*/59 */23 */31 */12 */7")
 @example("0 0 L * 7L")
 @example("0 0 ? * *")
+@example("@daily")
+@example(" \t@WeEkLy\t")
+@example("@daily\n")
+@example("@daily *")
+@example("@every 5m")
+@example("@reboot")
+@example("@\u0130hourly")
 def test_the_parser_agrees_with_the_documented_grammar(expression: str) -> None:
     assert parser_accepts(expression) == accepts(expression), expression
 

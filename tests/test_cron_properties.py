@@ -206,3 +206,55 @@ def test_no_fire_is_missed_near_transitions(
     start = anchor + timedelta(minutes=minutes)
     end = start + timedelta(hours=30)
     assert schedule.between(start, end) == reference(expression, zone, start, end)
+
+
+# docs/cron.md's macros and the five fields each stands for.
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+# Zones that change their clocks at midnight, where the macros' fire times live.
+MIDNIGHT_ZONES = ["America/Havana", "America/Santiago", "America/Asuncion", "Asia/Beirut"]
+MIDNIGHT_ANCHORS = [
+    datetime(2018, 3, 11, 5, tzinfo=UTC),  # Havana: 00:00 does not exist
+    datetime(2018, 11, 4, 5, tzinfo=UTC),  # Havana: 00:00-00:59 twice
+    datetime(2018, 8, 12, 4, tzinfo=UTC),  # Santiago: 00:00 does not exist
+    datetime(2018, 3, 24, 22, tzinfo=UTC),  # Beirut: 00:00 does not exist
+    datetime(2018, 10, 27, 21, tzinfo=UTC),  # Beirut: 23:00-23:59 twice
+    datetime(2019, 1, 1, 3, tzinfo=UTC),
+]
+
+macros = st.builds(
+    lambda name, upper, before, after: (
+        before + "".join(c.upper() if up else c for c, up in zip(name, upper, strict=False)) + after
+    ),
+    st.sampled_from(sorted(MACROS)),
+    st.lists(st.booleans(), min_size=9, max_size=9),
+    st.sampled_from(["", " ", "\t"]),
+    st.sampled_from(["", " ", " \t"]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    written=macros,
+    zone=st.sampled_from(ZONES + MIDNIGHT_ZONES),
+    anchor=st.sampled_from(ANCHORS + MIDNIGHT_ANCHORS),
+    minutes=st.integers(-48 * 60, 48 * 60),
+)
+def test_a_macro_fires_exactly_when_its_five_fields_do(
+    written: str, zone: str, anchor: datetime, minutes: int
+) -> None:
+    fields = MACROS[written.strip(" \t").lower()]
+    schedule = cron.CronSchedule.parse(written, zone)
+    start = anchor + timedelta(minutes=minutes)
+    end = start + timedelta(hours=30)
+    assert schedule.between(start, end) == reference(fields, zone, start, end)
+    fires = schedule.preview(start, 3)
+    assert fires == cron.CronSchedule.parse(fields, zone).preview(start, 3)
+    assert all(explains(fire, fields, zone) for fire in fires)

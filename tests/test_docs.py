@@ -1306,10 +1306,11 @@ def metrics() -> dict[str, tuple[str, frozenset[str]]]:
     from prometheus_client.metrics import MetricWrapperBase
 
     from tickwork.engine.metrics import Metrics
+    from tickwork.jobrunner.metrics import RunnerMetrics
     from tickwork.operator.leadership import OperatorMetrics
 
     found: dict[str, tuple[str, frozenset[str]]] = {}
-    for owner in (Metrics(), OperatorMetrics()):
+    for owner in (Metrics(), OperatorMetrics(), RunnerMetrics()):
         for metric in vars(owner).values():
             if not isinstance(metric, MetricWrapperBase):
                 continue

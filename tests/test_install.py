@@ -146,3 +146,46 @@ async def test_a_worker_runs_from_the_base_install(base_env: Path, api_server: A
     assert "loaded []" in lines
     run, _ = await api_server.jobs.run(run_id)
     assert run.state is State.succeeded
+
+
+APPLICATION = textwrap.dedent(
+    """
+    import sys
+    from tickwork.client import Client, NotFound
+    from tickwork.testing import run_handler
+
+    with Client(sys.argv[1], sys.argv[2]) as tickwork:
+        run = tickwork.enqueue("lean", {"n": 8})
+        print("enqueued", run.run_id, tickwork.get_run(run.run_id).state, flush=True)
+        try:
+            tickwork.get_run("r0-999999")
+        except NotFound:
+            print("not found", flush=True)
+    print("handler", run_handler(lambda ctx: ctx.payload["n"], {"n": 9}).returned)
+    print("loaded", sorted(m for m in sys.modules if m.split(".")[0] in SERVER_ONLY))
+    """
+).replace("SERVER_ONLY", repr(SERVER_ONLY))
+
+
+async def test_an_application_enqueues_and_tests_handlers_from_the_base_install(
+    base_env: Path, api_server: ApiServer
+) -> None:
+    headers = api_server.headers(api_server.team_token)
+    async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as http:
+        assert (await http.put("/v1/jobs/lean", json={})).status_code == 201
+    process = await asyncio.create_subprocess_exec(
+        str(base_env / "python"),
+        "-c",
+        APPLICATION,
+        api_server.url,
+        api_server.team_token,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, stderr.decode()
+    lines = stdout.decode().splitlines()
+    [enqueued] = [line for line in lines if line.startswith("enqueued ")]
+    assert enqueued.endswith(" ready")
+    assert lines[1:] == ["not found", "handler 9", "loaded []"]

@@ -226,7 +226,7 @@ async def test_a_cron_run_finished_before_the_migration_is_not_materialised_agai
     ]
     async with db.connection(shard) as conn:
         columns = [list(column) for column in zip(*planned, strict=True)]
-        inserted = await conn.fetch(materialiser.INSERT_PLANNED_RUNS, *columns, None)
+        inserted = await conn.fetch(materialiser.INSERT_PLANNED_RUNS, *columns, None, [None])
         assert inserted == []
         count = await conn.fetchval(
             "SELECT count(*) FROM runs WHERE job = 'report' AND due_at = $1", due

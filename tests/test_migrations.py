@@ -416,6 +416,20 @@ WEIGHTS = [0.7, 0.25, 0.05]
         ("promote_due", (500, None), {"live_runs_waiting"}),
         ("lock_expired", (None, 1000), {"live_runs_leased"}),
         ("skip_past_deadline", (500, None), {"live_runs_start_deadline"}),
+        # Overlap policies: the due fires on their own small index, a job's runs on the
+        # two indexes by job, the decided runs by primary key.
+        ("overlap_due_jobs", (500, None), {"live_runs_overlap_due"}),
+        ("lock_overlap_fires", (["t1"], ["job-1"], None), {"live_runs_by_job", "live_runs_leased"}),
+        (
+            "replace_running",
+            (["t1"], ["job-1"], ['{"reason": "overlap-replaced"}'], None),
+            {"live_runs_by_job", "live_runs_leased", "live_runs_pkey"},
+        ),
+        (
+            "settle_overlap",
+            ([5], [9], ["cancelled"], ['{"reason": "overlap-replaced"}'], None),
+            {"live_runs_pkey"},
+        ),
         (
             "dead_runs",
             ("t1", None, None, None, 50),

@@ -72,3 +72,25 @@ def test_an_hourly_job_runs_at_both_occurrences() -> None:
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo"])
 def test_zones_without_dst_mark_nothing(zone: str) -> None:
     assert all(mark is None for _, mark in marked("30 2 * * *", "2026-03-01T00:00Z", 40, zone))
+
+
+def test_a_macro_is_marked_as_its_five_fields() -> None:
+    # Havana changed its clocks at midnight in 2018: @daily's 00:00 did not exist on
+    # 11 March and happened twice on 4 November.
+    spring = fire_times(CronSchedule.parse("@daily", "America/Havana"), at("2018-03-10T12:00Z"), 2)
+    assert spring[0].instant == at("2018-03-11T05:00:00Z")
+    assert spring[0].mark is Mark.gap
+    assert spring[0].note == (
+        "00:00 does not exist on Sun 11 Mar (clocks go forward 00:00 → 01:00); "
+        "runs at 01:00 instead"
+    )
+    autumn = fire_times(CronSchedule.parse("@daily", "America/Havana"), at("2018-11-03T12:00Z"), 2)
+    assert autumn[0].instant == at("2018-11-04T04:00:00Z")
+    assert (
+        autumn[0].note
+        == "00:00 happens twice on Sun 04 Nov (clocks go back); runs once, at the first (CDT)"
+    )
+    assert marked("@hourly", "2018-11-04T03:30:00Z", 2, "America/Havana") == [
+        ("2018-11-04T04:00Z", Mark.overlap),
+        ("2018-11-04T05:00Z", Mark.overlap),
+    ]

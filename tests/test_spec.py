@@ -56,6 +56,7 @@ def test_document_is_camel_case_and_round_trips() -> None:
         "timeoutSeconds": 120,
         "retry": {"maxAttempts": 5, "baseSeconds": 2.0, "maxSeconds": 60.0},
         "concurrency": 1,
+        "overlapPolicy": "Forbid",
         "paused": True,
         "dryRun": True,
         "payload": {"invoice": [1, 2, 3], "dry": False},

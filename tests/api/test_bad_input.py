@@ -217,6 +217,7 @@ async def test_team_routes_take_input_as_given(api_server: ApiServer) -> None:
             "timeoutSeconds": 60,
             "retry": {"maxAttempts": 2, "baseSeconds": 10.0, "maxSeconds": 60.5},
             "concurrency": 0,
+            "overlapPolicy": "Allow",
             "paused": True,
             "dryRun": False,
         }

@@ -91,6 +91,7 @@ async def test_put_creates_then_replaces_and_get_shows_the_job(api_server: ApiSe
             "activeRuns",
             "deadRuns",
             "missedRunsDropped",
+            "overlapSkipped",
             "shard",
             "managedBy",
             "createdAt",

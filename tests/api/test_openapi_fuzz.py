@@ -76,6 +76,13 @@ BEYOND_SCHEMA: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
     ),
     # An RFC 3339 instant whose offset takes it out of years 1-9999 in UTC.
     (re.compile(_ITEM + r"runAt"), re.compile(r"years 1-9999")),
+    # A queue is the workers' or the job-runners' (jobTemplate), never both: two fields.
+    (re.compile(r"queue"), re.compile(r"tickwork job-runner")),
+    # What jsonb stores of a jobTemplate, as of a payload, and its size.
+    (
+        re.compile(r"jobTemplate.*"),
+        re.compile(r"numbers must fit in 64 bits|nests deeper than|NUL|surrogates|the limit is"),
+    ),
 ]
 
 # The operations the fast path serves, as schemathesis labels them.

@@ -30,6 +30,7 @@ CONTAINERS = {
     "postgresql",
     "secrets",
     "uninstall",
+    "job-runner",
 }
 HOOK = "helm.sh/hook"
 
@@ -93,6 +94,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             {"namespace": "team-a", "serviceAccount": "worker", "queues": ["reports"]},
             {"namespace": "team-b", "serviceAccount": "exporter", "queues": ["billing", "x"]},
         ],
+        "jobRunner": {
+            "enabled": True,
+            "namespaces": ["team-a", "team-c"],
+            "queues": ["containers", "containers-gpu"],
+        },
     },
     "namespaced": {
         "shards": 2,

@@ -12,6 +12,7 @@ from chart.chart import VALUE_SETS, rendered
 from tickwork import cli
 from tickwork.cli import options
 from tickwork.core import settings
+from tickwork.jobrunner.settings import JobRunnerSettings
 from tickwork.operator import lifecycle
 
 MODELS: dict[str, type[settings.Settings]] = {
@@ -19,6 +20,7 @@ MODELS: dict[str, type[settings.Settings]] = {
     "scheduler": settings.SchedulerSettings,
     "dispatcher": settings.DispatcherSettings,
     "operator": settings.OperatorSettings,
+    "job-runner": JobRunnerSettings,
 }
 
 # Where the chart mounts files the roles read; replaced by a real file for parsing.

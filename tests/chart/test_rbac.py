@@ -266,3 +266,143 @@ async def test_the_scheduler_is_granted_what_coordination_calls(
         assert not rbac.unused(needed, given), f"{values}: granted but never used"
     # --coordination postgres: the scheduler calls nothing and is granted nothing.
     assert not rbac.granted(rendered("namespaced"), name("scheduler"))
+
+
+JOB_RUNNER_TOKEN = "sa-token-of-a-job-runner-0123456789"
+
+
+async def test_the_job_runner_is_granted_what_it_calls(
+    kube: Emulator, database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job-runner as the chart runs it in team-a, against a dispatcher with Kubernetes
+    auth whose SubjectAccessReviews the chart's Role answers: a Job that fails, one
+    deleted by someone, a cancelled run, a run of a job without its ScheduledJob. What it
+    asked the API server, and what the dispatcher asked about it, is exactly what the
+    Role grants."""
+    import asyncio
+
+    from kube.jobs import JobController
+
+    from tickwork.core.spec import JobSpec, parse
+    from tickwork.engine.jobs import EnqueueRequest, Jobs
+    from tickwork.jobrunner.kube import Kube
+    from tickwork.jobrunner.runner import JobRunner
+    from tickwork.jobrunner.settings import JobRunnerSettings
+    from tickwork.operator import crd
+    from tickwork.worker.client import WorkerClient
+
+    team = "team-a"
+    document = rendered("everything")
+    account = f"{name('job-runner')}-{NAMESPACE}"
+    assert any(
+        d["kind"] == "Deployment" and d["metadata"]["namespace"] == team
+        for d in document.documents
+        if d["metadata"]["name"] == account
+    )
+    given = rbac.granted(document, account, team)
+    runner_user = User.service_account(team, account)
+    await kube.create(crd.definition())
+    await kube.create_namespace(team)
+    kube.tokens[DISPATCHER_TOKEN] = User.service_account(NAMESPACE, name("dispatcher"))
+    kube.tokens[JOB_RUNNER_TOKEN] = runner_user
+
+    def decide(spec: dict[str, Any]) -> tuple[bool, str]:
+        attributes = spec.get("resourceAttributes") or {}
+        asked = (
+            attributes.get("group", ""),
+            attributes.get("resource", ""),
+            attributes.get("verb", ""),
+            attributes.get("namespace", ""),
+            attributes.get("name") or "",
+        )
+        allowed = spec.get("user") == runner_user.username and not rbac.covered({asked}, given)
+        return allowed, "the chart's Role" if allowed else ""
+
+    kube.access.decide = decide
+    monkeypatch.setenv(
+        "KUBECONFIG", str(kube.write_kubeconfig(tmp_path / "dispatcher", token=DISPATCHER_TOKEN))
+    )
+    jobs = Jobs(database)
+    template = {"spec": {"template": {"spec": {"containers": [{"name": "m", "image": "x:1"}]}}}}
+    spec = {"queue": "containers", "jobTemplate": template, "retry": {"maxAttempts": 1}}
+    for job in ("export", "ghost"):  # the ghost has no ScheduledJob
+        await jobs.put(team, job, parse(JobSpec, spec), "test")
+    await kube.create(
+        {
+            "apiVersion": "tickwork.dev/v1alpha1",
+            "kind": "ScheduledJob",
+            "metadata": {"name": "export", "namespace": team},
+            "spec": spec,
+        }
+    )
+    now = [0.0]
+    async with runtime.authenticator("kubernetes", None, ReviewSettings()) as auth:
+        services = runtime.api_services(Installation.over(database), auth, Metrics())
+        server = HttpServer(create_app(services), port=0)
+        url = await server.start()
+        kube_client = await Kube.connect(
+            kube.write_kubeconfig(tmp_path / "runner", token=JOB_RUNNER_TOKEN)
+        )
+        client = WorkerClient(url, JOB_RUNNER_TOKEN)
+        settings = JobRunnerSettings(
+            url=url,
+            namespaces=(team,),
+            queues=document.values["jobRunner"]["queues"],  # as the chart runs it
+            wait_seconds=0.2,
+            health_port=None,
+        )
+        runner = JobRunner(client, kube_client, settings, clock=lambda: now[0])
+        runner.test_signals.init()
+        controller = JobController(kube, team)
+        stop = asyncio.Event()
+        running = asyncio.create_task(runner.run(stop))
+        try:
+
+            async def enqueue(job: str) -> str:
+                run, _ = await jobs.enqueue(team, job, EnqueueRequest(), "test")
+                return str(run.run_id)
+
+            async def ended(run_id: str) -> str:
+                found = await runner.test_signals.completed.wait_for(lambda c: c[0] == run_id)
+                return found[1]
+
+            failing = await enqueue("export")
+            await controller.fail(f"export-{failing}-1", "no ledger")
+            assert await ended(failing) == "dead"
+            deleted = await enqueue("export")
+            await controller.created(f"export-{deleted}-1")
+            await controller.delete(f"export-{deleted}-1")
+            assert await ended(deleted) == "dead"
+            cancelled = await enqueue("export")
+            await controller.created(f"export-{cancelled}-1")
+            await jobs.cancel(cancelled, "test")
+            now[0] += settings.lease_seconds
+            runner.wake()
+            assert await ended(cancelled) == "cancelled"
+            assert await ended(await enqueue("ghost")) == "dead"
+            await kube.wait_until(lambda: len(kube.objects("events", team)) >= 4)
+        finally:
+            stop.set()
+            await running
+            await client.close()
+            await kube_client.close()
+            await server.stop()
+
+    needed = rbac.used(kube.audit, runner_user.username)
+    reviewed = {
+        (
+            a.get("group", ""),
+            a.get("resource", ""),
+            a.get("verb", ""),
+            a.get("namespace", ""),
+            a.get("name") or "",
+        )
+        for record in kube.audit
+        if record.resource == "subjectaccessreviews"
+        and record.body["spec"].get("user") == runner_user.username
+        for a in [record.body["spec"].get("resourceAttributes") or {}]
+    }
+    assert ("tickwork.dev", "queues", "lease", team, "containers") in reviewed
+    needed |= reviewed
+    assert not rbac.covered(needed, given), "missing"
+    assert not rbac.unused(needed, given), "granted but never used"

@@ -118,7 +118,8 @@ def test_the_dispatcher_is_reached_by_workers_its_namespace_ingress_and_promethe
                 {
                     "key": "kubernetes.io/metadata.name",
                     "operator": "In",
-                    "values": ["team-a", "team-b"],
+                    # The teams' and the job-runners' namespaces.
+                    "values": ["team-a", "team-b", "team-c"],
                 }
             ]
         }
@@ -322,14 +323,19 @@ def test_a_token_is_mounted_only_where_the_api_server_is_called(values: str) -> 
         name("scheduler"): given.get("scheduler", {}).get("coordination", "kubernetes")
         == "kubernetes",
         name("dispatcher"): given.get("dispatcher", {}).get("auth", "kubernetes") == "kubernetes",
+        # Creates and watches Jobs, in each of its namespaces.
+        f"{name('job-runner')}-{NAMESPACE}": bool(given.get("jobRunner", {}).get("enabled")),
     }
+    # The job-runners' pods are in their namespaces, their accounts too.
+    where = {w["metadata"]["name"]: w["metadata"].get("namespace") for w in document.documents}
     for workload, pod in pods(document).items():
         mounted = pod["spec"]["automountServiceAccountToken"]
         assert mounted is expected.get(workload, False), workload
         # Whatever RBAC grants a pod's account, the pod must hold its token, and back.
         account = pod["spec"].get("serviceAccountName")
         if account is not None:
-            assert bool(rbac.granted(document, account)) is mounted, workload
+            granted = rbac.granted(document, account, where.get(workload) or NAMESPACE)
+            assert bool(granted) is mounted, workload
 
 
 # --- the dispatcher: audience, proxies, TLS ---

@@ -1034,8 +1034,8 @@ class Emulator:
         if (namespace if rt.namespaced else "", name) in self._store[rt.store_key]:
             raise status.already_exists(rt.group_resource, name, rt.group, rt.plural)
         self._system_fields(rt, body)
-        if rt.status_subresource and rt.custom:
-            body.pop("status", None)  # create cannot set status
+        if rt.status_subresource and (rt.custom or rt.plural in ("jobs", "pods")):
+            body.pop("status", None)  # create cannot set status (their controllers do)
         body = self._prepare(rt, body)
         self._validate(rt, body, None, "")
         warnings: list[str] = []
@@ -1175,6 +1175,8 @@ class Emulator:
             errors = _webhook_configuration_errors(obj)
         elif rt.plural == "leases":
             errors = _lease_errors(obj)
+        elif rt.plural == "jobs" and rt.group == "batch" and subresource != "status":
+            errors = _job_errors(obj)
         elif rt.group == "events.k8s.io" or (rt.plural == "events" and not rt.group):
             errors = _event_errors(rt, obj)
         if errors:
@@ -1685,6 +1687,36 @@ def _lease_errors(obj: dict[str, Any]) -> list[status.FieldError]:
             status.invalid(
                 "spec.leaseTransitions", transitions, "must be greater than or equal to 0"
             )
+        )
+    return errors
+
+
+def _job_errors(obj: dict[str, Any]) -> list[status.FieldError]:
+    """What the API server checks of a batch/v1 Job that its tests rely on: a name its
+    pods' job-name label can hold, a pod template with containers and a restart policy
+    a Job allows."""
+    errors = []
+    name = (obj.get("metadata") or {}).get("name") or ""
+    if len(name) > 63:
+        errors.append(status.invalid("metadata.name", name, "must be no more than 63 characters"))
+    template = (obj.get("spec") or {}).get("template")
+    if not isinstance(template, dict):
+        return [*errors, status.required("spec.template")]
+    pod = template.get("spec") or {}
+    containers = pod.get("containers")
+    if not isinstance(containers, list) or not containers:
+        errors.append(status.required("spec.template.spec.containers"))
+    else:
+        for index, container in enumerate(containers):
+            for field in ("name", "image"):
+                if not (container or {}).get(field):
+                    errors.append(
+                        status.required(f"spec.template.spec.containers[{index}].{field}")
+                    )
+    policy = pod.get("restartPolicy")
+    if policy not in ("Never", "OnFailure"):
+        errors.append(
+            status.not_supported("spec.template.spec.restartPolicy", policy, ["OnFailure", "Never"])
         )
     return errors
 

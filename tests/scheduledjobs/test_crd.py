@@ -62,6 +62,7 @@ def test_names_scope_and_printer_columns_are_the_contracts() -> None:
         ("NEXT", "string", ".status.nextRunTime"),
         ("LAST", "date", ".status.lastScheduleTime"),
         ("RESULT", "string", ".status.lastRunState"),
+        ("JOB", "string", ".status.lastJobName"),
         ("AGE", "date", ".metadata.creationTimestamp"),
     ]
 

@@ -10,7 +10,7 @@ from kube import emulator, kubectl
 from .conftest import EXAMPLES, OperatorFactory, observed
 from .test_crd import CRD_FILE
 
-COLUMNS = ["NAME", "SCHEDULE", "ZONE", "PAUSED", "READY", "NEXT", "LAST", "RESULT", "AGE"]
+COLUMNS = ["NAME", "SCHEDULE", "ZONE", "PAUSED", "READY", "NEXT", "LAST", "RESULT", "JOB", "AGE"]
 
 
 def version(kube: emulator.Emulator, name: str) -> str:
@@ -66,6 +66,7 @@ async def test_kubectl_get_sj_shows_the_contracts_columns(
             "NEXT": "2026-03-15T01:01:00Z",
             "LAST": "",
             "RESULT": "",
+            "JOB": "",
             "AGE": "",
         }
         assert rows["nightly-report"]["ZONE"] == "Europe/Berlin"

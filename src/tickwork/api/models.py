@@ -138,6 +138,10 @@ class Job(Model):
     missed_runs_dropped: int = Field(
         description="Fire times the last run_all catch-up dropped over its cap (100)."
     )
+    overlap_skipped: int = Field(
+        description="Fires overlapPolicy Forbid skipped while an earlier run of the job was "
+        "running, since the job was created."
+    )
     shard: int
     managed_by: Literal["kubernetes", "manifests"] | None = Field(
         description="Where the job is declared when not through this API: a ScheduledJob "

@@ -146,6 +146,7 @@ def job(view: JobView) -> dict[str, Any]:
         "activeRuns": summary.active,
         "deadRuns": summary.dead,
         "missedRunsDropped": definition.missed_dropped,
+        "overlapSkipped": definition.overlap_skipped,
         "shard": definition.shard,
         "managedBy": None if definition.managed_by is None else definition.managed_by.value,
         "createdAt": definition.created_at,

@@ -1,10 +1,11 @@
 """The ``tickwork`` command line: one sub-command per role, plus client commands.
 
 The base package (``pip install tickwork``) is what a team's worker image needs: the
-worker SDK and the client commands (``jobs``, ``runs``, ``dlq``, ``audit``, ``schedule``). The
-server roles live in extras (``tickwork[server]``, and ``tickwork[embedded]`` for the
-PostgreSQL that ``tickwork dev`` starts), so their commands are imported only when
-invoked; without the extra they explain what to install instead of failing on import.
+worker SDK and the client commands (``jobs``, ``runs``, ``dlq``, ``audit``, ``schedule``,
+``import``). The server roles live in extras (``tickwork[server]``, and
+``tickwork[embedded]`` for the PostgreSQL that ``tickwork dev`` starts), so their
+commands are imported only when invoked; without the extra they explain what to install
+instead of failing on import.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Final
 import click
 
 from tickwork import __version__
-from tickwork.cli import client, schedule
+from tickwork.cli import client, importing, schedule
 
 # Server roles: "name": ("module", "attribute", "extras they need", "one-line help").
 _ROLES: Final = {
@@ -34,6 +35,12 @@ _ROLES: Final = {
         "operator",
         "server,operator",
         "Reconcile ScheduledJobs: definitions, status, Events, admission.",
+    ),
+    "job-runner": (
+        "tickwork.cli.jobrunner",
+        "job_runner",
+        "server,kubernetes",
+        "Run container jobs (spec.jobTemplate) as Kubernetes Jobs.",
     ),
 }
 
@@ -88,6 +95,7 @@ cli.add_command(client.jobs)
 cli.add_command(client.runs)
 cli.add_command(client.dlq)
 cli.add_command(client.audit)
+cli.add_command(importing.import_)
 
 
 def main() -> None:

@@ -90,7 +90,8 @@ def preview(
 ) -> None:
     """Print the next fire times of CRON, as UTC instants.
 
-    DST gaps and overlaps follow tickwork's rules: see docs/cron.md.
+    CRON is five fields or a macro such as @daily. DST gaps and overlaps follow
+    tickwork's rules: see docs/cron.md.
     """
     try:
         parsed = cron.CronSchedule.parse(cron_expression, zone)
@@ -117,6 +118,8 @@ def preview(
     if as_json:
         click.echo(json.dumps([_utc_text(fire) for fire in fires]))
         return
+    if parsed.macro is not None:
+        click.echo(f"{parsed.macro} runs as {parsed.expression}")
     if job_label:
         click.echo(f"jitter: +{offset}s for {job_label} (of up to {jitter_seconds}s)")
     header = ("UTC", f"local ({parsed.zone})")

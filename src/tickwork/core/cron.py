@@ -16,16 +16,20 @@ wall times; this module adds what the product promises on top of it (see
   intersections so its own OR handling (which keeps ``#`` and ``L`` as
   intersections) is never used;
 * the DST layer. croniter's own zone handling has known bugs, so it only ever
-  sees naive wall times and each matching wall time is mapped to instants here.
+  sees naive wall times and each matching wall time is mapped to instants here;
+* Vixie's macros (``@daily`` ...), read as the five fields they stand for, so they
+  follow the same DST rules. ``@reboot`` and ``@every`` are refused with what to
+  write instead: tickwork has no boot, and fires at clock times, not intervals.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import islice
+from types import MappingProxyType
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
@@ -34,7 +38,7 @@ from croniter.croniter import CroniterError
 
 from tickwork.core import limits, zones
 
-__all__ = ["CronError", "CronSchedule", "validate"]
+__all__ = ["MACROS", "CronError", "CronSchedule", "expand", "validate"]
 
 # No zone's offset changes by more than 26 hours in total, so looking this far
 # ahead (or back) of an instant is enough to see any fall-back that makes local
@@ -82,6 +86,24 @@ _DIGITS_RE: Final = re.compile(r"[0-9]+")
 # is left to the field grammar, which names the field it is in.
 _SEPARATOR_RE: Final = re.compile(r"[ \t]+")
 _FOREIGN_RE: Final = re.compile(r"[^\x21-\x7e \t]")
+
+# Vixie cron's macros and the five fields each stands for (cronie's entry.c sets the
+# same bits). @hourly's hour field starts with '*' there too, so it keeps real-time
+# cadence on DST nights while the others run once a day.
+MACROS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "@yearly": "0 0 1 1 *",
+        "@annually": "0 0 1 1 *",
+        "@monthly": "0 0 1 * *",
+        "@weekly": "0 0 * * 0",
+        "@daily": "0 0 * * *",
+        "@midnight": "0 0 * * *",
+        "@hourly": "0 * * * *",
+    }
+)
+_MACRO_LIST: Final = ", ".join(MACROS)
+# Go's durations as Kubernetes CronJobs and robfig/cron write ``@every``: 1h30m, 5m, 90s.
+_DURATION_RE: Final = re.compile(r"(?:([0-9]{1,6})h)?(?:([0-9]{1,6})m)?(?:([0-9]{1,6})s)?")
 
 
 class CronError(ValueError):
@@ -302,6 +324,83 @@ def _load_zone(zone: str) -> ZoneInfo:
         raise CronError(str(error), field="zone", value=zone) from None
 
 
+def _step_for(interval: str) -> str | None:
+    """The cron step that fires every ``interval`` (a Go duration), if one does.
+
+    A step fires at clock times: only an interval that divides the hour or the day
+    evenly keeps its spacing across the hour or the midnight it crosses.
+    """
+    matched = _DURATION_RE.fullmatch(interval)
+    if not interval or matched is None:
+        return None
+    hours, minutes, seconds = (int(part or 0) for part in matched.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total == 0 or total % 60:
+        return None  # a minute is cron's finest step
+    every_minutes = total // 60
+    if every_minutes == 1:
+        return "* * * * *"
+    if every_minutes < 60:
+        return f"*/{every_minutes} * * * *" if 60 % every_minutes == 0 else None
+    if every_minutes % 60:
+        return None
+    every_hours = every_minutes // 60
+    if every_hours == 1:
+        return "0 * * * *"
+    if every_hours < 24:
+        return f"0 */{every_hours} * * *" if 24 % every_hours == 0 else None
+    return "0 0 * * *" if every_hours == 24 else None
+
+
+def _macro_fields(text: str, expression: str) -> list[str]:
+    """The five fields a macro stands for; ``text`` is the stripped expression.
+
+    Case does not matter, as for every other letter of an expression. cronie and
+    Kubernetes only read lowercase, so nothing written for them is read differently.
+    """
+    words = _SEPARATOR_RE.split(text)
+    name = words[0].lower()
+    if name == "@reboot":
+        raise CronError(
+            f"cron expression {expression!r}: tickwork has no boot; enqueue a run when "
+            "your service starts, or use runAt",
+            field="expression",
+            value=expression,
+        )
+    if name == "@every":
+        interval = " ".join(words[1:])
+        step = _step_for(interval.lower()) if len(words) == 2 else None
+        advice = "write it as a cron step such as '*/5 * * * *'"
+        if step is not None:
+            advice = f"write it as the cron step {step!r}"
+        elif interval:
+            advice += (
+                f"; no step fires exactly every {interval!r} (a step's interval divides "
+                "the hour or the day)"
+            )
+        raise CronError(
+            f"cron expression {expression!r}: tickwork fires at clock times, not at "
+            f"intervals from a start; {advice}",
+            field="expression",
+            value=expression,
+        )
+    if name not in MACROS:
+        raise CronError(
+            f"cron expression {expression!r}: unknown macro {words[0]!r}; the macros are "
+            f"{_MACRO_LIST}, or write the five fields",
+            field="expression",
+            value=expression,
+        )
+    if len(words) > 1:
+        raise CronError(
+            f"cron expression {expression!r}: a macro stands for all five fields; write "
+            f"{name!r} alone or the five fields",
+            field="expression",
+            value=expression,
+        )
+    return MACROS[name].split(" ")
+
+
 def _fields(expression: str) -> list[str]:
     """The five field texts, or ``CronError`` before anything costly is read."""
     if len(expression) > limits.MAX_CRON_LENGTH:
@@ -309,13 +408,6 @@ def _fields(expression: str) -> list[str]:
             f"cron expression is {len(expression)} characters long; the limit is "
             f"{limits.MAX_CRON_LENGTH}",
             field="expression",
-        )
-    if expression.strip(" \t").startswith("@"):
-        raise CronError(
-            f"cron expression {expression!r}: macros like '@daily' are not supported; "
-            "write the five fields (for example '0 0 * * *')",
-            field="expression",
-            value=expression,
         )
     foreign = _FOREIGN_RE.search(expression)
     if foreign is not None:
@@ -327,6 +419,8 @@ def _fields(expression: str) -> list[str]:
             value=expression,
         )
     stripped = expression.strip(" \t")
+    if stripped.startswith("@"):
+        return _macro_fields(stripped, expression)
     fields = _SEPARATOR_RE.split(stripped) if stripped else []
     if len(fields) != 5:
         raise CronError(
@@ -354,9 +448,11 @@ def _offset(instant: datetime, zone: tzinfo) -> timedelta:
 class CronSchedule:
     """A parsed cron expression in a zone; build it with :meth:`parse`.
 
-    ``expression`` is stored with its whitespace normalised to single spaces.
-    ``fixed_hour`` is true when the hour field does not start with ``*``: it
-    decides how DST gaps and overlaps are treated (see ``docs/cron.md``).
+    ``expression`` is stored with its whitespace normalised to single spaces, and a
+    macro as the five fields it stands for (``macro`` keeps its name, lowercase), so
+    ``@daily`` and ``0 0 * * *`` are equal schedules. ``fixed_hour`` is true when the
+    hour field does not start with ``*``: it decides how DST gaps and overlaps are
+    treated (see ``docs/cron.md``).
 
     Instances are immutable and safe to share between threads.
     """
@@ -364,6 +460,7 @@ class CronSchedule:
     expression: str
     zone: str = "UTC"
     fixed_hour: bool = field(init=False)
+    macro: str | None = field(init=False, compare=False)
     _tz: ZoneInfo = field(init=False, repr=False, compare=False)
     # croniter objects keep their position as state; each call works on a copy.
     _clauses: tuple[Any, ...] = field(init=False, repr=False, compare=False)
@@ -395,6 +492,8 @@ class CronSchedule:
                 field="expression",
                 value=self.expression,
             )
+        written = self.expression.strip(" \t").lower()
+        object.__setattr__(self, "macro", written if written in MACROS else None)
         object.__setattr__(self, "expression", normalised)
         object.__setattr__(self, "fixed_hour", not fields[1].startswith("*"))
         object.__setattr__(self, "_tz", tz)
@@ -406,7 +505,7 @@ class CronSchedule:
 
     def __reduce__(self) -> tuple[Any, tuple[str, str]]:
         # Zones come from the tzdata package and pickle by name, not by file.
-        return (CronSchedule.parse, (self.expression, self.zone))
+        return (CronSchedule.parse, (self.macro or self.expression, self.zone))
 
     @classmethod
     def parse(cls, expression: str, zone: str = "UTC") -> CronSchedule:
@@ -539,3 +638,9 @@ class CronSchedule:
 def validate(expression: str, zone: str = "UTC") -> None:
     """Raise :class:`CronError` if ``expression`` in ``zone`` would be refused."""
     CronSchedule.parse(expression, zone)
+
+
+def expand(expression: str) -> str:
+    """The five fields ``expression`` stands for, whitespace normalised: a macro's
+    expansion, any other expression as written. Raise :class:`CronError` if refused."""
+    return CronSchedule.parse(expression).expression

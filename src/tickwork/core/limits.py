@@ -96,6 +96,9 @@ MAX_RETRY_MAX_SECONDS: Final = 7 * 86_400
 MAX_CONCURRENCY: Final = 1_000_000
 """``concurrency`` (from 0 = unlimited)."""
 
+MAX_JOB_TEMPLATE_BYTES: Final = 256 * _KIB
+"""``jobTemplate``, encoded as JSON (a container job's JobTemplateSpec)."""
+
 # --- enqueue ---
 
 MAX_ENQUEUE_BATCH: Final = 1000

@@ -15,7 +15,7 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from tickwork.core import shards
+from tickwork.core import containers, shards
 from tickwork.core import spec as spec_module
 from tickwork.core.spec import JobSpec
 
@@ -332,6 +332,7 @@ class Definition:
     created_at: datetime
     updated_at: datetime
     managed_by: Manager | None = None
+    overlap_skipped: int = 0  # fires overlapPolicy Forbid skipped (cumulative)
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> Definition:
@@ -347,6 +348,7 @@ class Definition:
             created_at=row["created_at"],
             updated_at=row["updated_at"],
             managed_by=None if row["managed_by"] is None else Manager(row["managed_by"]),
+            overlap_skipped=row["overlap_skipped"],
         )
 
 
@@ -371,6 +373,10 @@ class JobStatus:
     dead_runs: int
     missed_runs_dropped: int
     missed_caught_up: int  # missed fire times caught up so far (cumulative)
+    overlap_skipped: int = 0  # fires overlapPolicy Forbid skipped (cumulative)
+    # A container job's: the Job of the latest run's latest attempt (None: no attempt
+    # yet, or not a container job).
+    last_job_name: str | None = None
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> JobStatus:
@@ -391,4 +397,13 @@ class JobStatus:
             dead_runs=row["dead_runs"],
             missed_runs_dropped=row["missed_dropped"],
             missed_caught_up=row["missed_caught_up"],
+            overlap_skipped=row["overlap_skipped"],
+            last_job_name=_last_job_name(shard, row),
         )
+
+
+def _last_job_name(shard: int, row: Row) -> str | None:
+    run_id, attempt = row["last_run_id"], row["last_attempt"]
+    if not row["runs_jobs"] or run_id is None or not attempt:
+        return None
+    return containers.job_name(row["name"], shards.format_run_id(shard, run_id), attempt)

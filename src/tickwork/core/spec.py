@@ -35,13 +35,14 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from tickwork.core import credentials, fields, limits
+from tickwork.core import containers, credentials, fields, limits
 from tickwork.core.cron import CronError, CronSchedule
 
 # DNS-1123: the same rules Kubernetes applies to namespaces (tenants) and object names,
@@ -112,6 +113,16 @@ class MissedRunPolicy(enum.StrEnum):
     skip = "skip"
 
 
+class OverlapPolicy(enum.StrEnum):
+    """What a scheduled fire does while an earlier run of its job is still running
+    (CronJob's ``concurrencyPolicy``, spelled the same)."""
+
+    # Members spelled as the values: ``replace`` would shadow ``str.replace``.
+    Allow = "Allow"
+    Forbid = "Forbid"
+    Replace = "Replace"
+
+
 class _Model(BaseModel):
     # populate_by_name keeps Python code free to write ``JobSpec(timeout_seconds=5)``;
     # documents from outside go through ``parse``, which reads camelCase only.
@@ -152,8 +163,11 @@ class Schedule(_Model):
     cron: StrictStr = Field(
         description="Five-field cron expression: minute hour day-of-month month "
         "day-of-week, Vixie semantics (names, ranges, steps, lists, `L`, `nL`, `n#k`), "
-        'e.g. "0 2 * * *". Fixed-hour times run once on DST nights: a skipped local time '
-        "at the first instant after the gap, a repeated one at its first occurrence.",
+        'e.g. "0 2 * * *", or a macro: `@yearly`/`@annually` (0 0 1 1 *), `@monthly` '
+        "(0 0 1 * *), `@weekly` (0 0 * * 0), `@daily`/`@midnight` (0 0 * * *), `@hourly` "
+        "(0 * * * *); kept as written, run as its five fields. `@reboot` and `@every` "
+        "are refused. Fixed-hour times run once on DST nights: a skipped local time at "
+        "the first instant after the gap, a repeated one at its first occurrence.",
         examples=["0 2 * * *"],
         json_schema_extra={"maxLength": limits.MAX_CRON_LENGTH},
     )
@@ -488,6 +502,30 @@ Payload = Annotated[
 ]
 
 
+def job_template_validator(template: Any, info: ValidationInfo) -> Any:
+    """Before-validator of ``jobTemplate`` (skipped for documents read back from
+    storage): storable JSON, and the shape ``containers.check_template`` asks for."""
+    if template is None or _stored(info):
+        return template
+    found = _json_problem(template, limits.MAX_JSON_DEPTH)
+    if found is not None:
+        raise PydanticCustomError(*found)
+    try:
+        containers.check_template(template)
+    except containers.TemplateError as error:
+        raise PydanticCustomError(
+            "invalid_job_template", "{reason}", {"reason": error.message, "path": error.path}
+        ) from None
+    return template
+
+
+JobTemplate = Annotated[
+    dict[str, JsonValue],
+    BeforeValidator(job_template_validator),
+    WithJsonSchema(containers.template_schema(closed=True)),
+]
+
+
 class JobSpec(_Model):
     """A job definition. At most one of `schedule` and `runAt`; with neither, the job
     runs only when a run is enqueued through the API."""
@@ -536,6 +574,15 @@ class JobSpec(_Model):
         le=limits.MAX_CONCURRENCY,
         description="Max runs leased at once; 0 means unlimited.",
     )
+    overlap_policy: OverlapPolicy = Field(
+        default=OverlapPolicy.Allow,
+        description="What a scheduled fire (of schedule or runAt) does while an earlier "
+        "run of the job is still running (ready, leased or waiting to retry), as a "
+        "CronJob's concurrencyPolicy: Allow starts it anyway; Forbid skips it (the run "
+        "ends `skipped`, counted as overlapSkipped in the job's status); Replace asks the "
+        "running run to stop (cancelRequested, its lease no longer extended) and starts the "
+        "new one. Runs enqueued through the API are started whatever the policy.",
+    )
     paused: StrictBool = Field(
         default=False,
         description="A paused job materialises no new runs; on resume, the fire times "
@@ -549,6 +596,9 @@ class JobSpec(_Model):
         "they would do and have no effects); other handlers are skipped.",
     )
     payload: Payload = None
+    job_template: JobTemplate | None = Field(
+        default=None, description=containers.template_schema(closed=True)["description"]
+    )
 
     @field_validator("run_at")
     @classmethod
@@ -574,9 +624,37 @@ class JobSpec(_Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _runner_queue(self, info: ValidationInfo) -> JobSpec:
+        # A queue is served by workers or by job-runners, never both (core.containers).
+        if not _stored(info):
+            problem = containers.queue_problem(self.queue, self.job_template is not None)
+            if problem is not None:
+                raise PydanticCustomError(
+                    "runner_queue", "{reason}", {"reason": problem, "field": "queue"}
+                )
+        return self
+
     def to_document(self) -> dict[str, Any]:
-        """The camelCase JSON document stored in the database and shown by the API."""
+        """The camelCase JSON document shown by the API."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_stored(self) -> dict[str, Any]:
+        """The document stored in the database: ``to_document`` without the fields a
+        release added, while they hold their defaults. The previous release reads
+        stored specs with unknown fields refused, so during an upgrade (or after a
+        rollback) it reads every job that does not use what it does not know."""
+        document = self.to_document()
+        for key, default in _ADDED_FIELD_DEFAULTS.items():
+            if document.get(key, default) == default:
+                document.pop(key, None)
+        return document
+
+
+# Fields added to JobSpec after the first release, with their defaults: kept out of
+# stored documents while at the default (``JobSpec.to_stored``). An entry leaves this
+# table once no supported release predates its field.
+_ADDED_FIELD_DEFAULTS: Final[dict[str, Any]] = {"overlapPolicy": "Allow"}
 
 
 _Parsed = TypeVar("_Parsed", bound=BaseModel)
@@ -585,7 +663,8 @@ _LOCATION_ROOTS: Final = frozenset({"body", "query", "path", "header"})
 
 def error_field(error: Mapping[str, Any]) -> str | None:
     """The field a pydantic error names, as the contract writes it: ``schedule.cron``,
-    ``runs[3].payload``, ``payload.db.password`` (a credential's place in a payload)."""
+    ``runs[3].payload``, ``payload.db.password`` (a credential's place in a payload),
+    ``jobTemplate.spec.template.spec.containers[0].image``."""
     parts = list(error.get("loc", ()))
     if parts and parts[0] in _LOCATION_ROOTS:
         parts = parts[1:]
@@ -598,10 +677,16 @@ def error_field(error: Mapping[str, Any]) -> str | None:
         else:
             text = fields.key(text, str(part))
     context = error.get("ctx") or {}
-    if error.get("type") == "payload_credential" and isinstance(context.get("path"), str):
+    if error.get("type") in _INNER_PATH_ERRORS and isinstance(context.get("path"), str):
         inner = context["path"]
         text = text + inner if not text or not inner or inner.startswith("[") else f"{text}.{inner}"
+    if not text and isinstance(context.get("field"), str):
+        text = context["field"]  # a rule across fields, said of the one to change
     return text or None
+
+
+# Errors that name a place inside their field (``ctx["path"]``).
+_INNER_PATH_ERRORS: Final = frozenset({"payload_credential", "invalid_job_template"})
 
 
 def error_message(error: Mapping[str, Any]) -> str:

@@ -9,6 +9,10 @@ Missed fire times (scheduler down, job paused then resumed, a definition whose f
 time is already past) follow ``missedRunPolicy``: ``run_once`` keeps the latest,
 ``run_all`` keeps the latest ``run_all_cap`` and reports how many it dropped, ``skip``
 keeps none. A fire time is missed when it is more than ``grace`` in the past.
+
+A run of a job whose ``overlapPolicy`` is Forbid or Replace carries it and is inserted
+``scheduled`` even when its time has come (a catch-up): the due flip, not this
+transaction, decides whether it starts, under a lock per job (``store.sweeps``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncpg
 from tickwork.core import hashing, limits
 from tickwork.core.cron import CronSchedule
 from tickwork.core.records import Origin
-from tickwork.core.spec import MissedRunPolicy
+from tickwork.core.spec import MissedRunPolicy, OverlapPolicy
 from tickwork.store import clock, epochs, queries
 from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
@@ -79,6 +83,7 @@ class Due:
     jitter_seconds: int
     missed_run_policy: MissedRunPolicy
     starting_deadline_seconds: int | None
+    overlap_policy: OverlapPolicy = OverlapPolicy.Allow
 
     @classmethod
     def from_record(cls, row: asyncpg.Record) -> Due:
@@ -91,7 +96,13 @@ class Due:
             jitter_seconds=row["jitter_seconds"] or 0,
             missed_run_policy=MissedRunPolicy(row["missed_run_policy"] or "run_once"),
             starting_deadline_seconds=row["starting_deadline_seconds"],
+            overlap_policy=OverlapPolicy(row["overlap_policy"] or OverlapPolicy.Allow),
         )
+
+    @property
+    def overlap(self) -> str | None:
+        """What the job's runs carry: the policy the due flip applies, None for Allow."""
+        return None if self.overlap_policy is OverlapPolicy.Allow else self.overlap_policy.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +199,7 @@ async def materialise(
         rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
         if not rows:
             return Materialised(0, 0, 0)
-        # Rows first, columns (the arrays the unnest takes) at the end: appending 15
+        # Rows first, columns (the arrays the unnest takes) at the end: appending 18
         # values one by one per run cost more than planning it.
         planned_runs: list[tuple[object, ...]] = []
         advanced: list[tuple[object, ...]] = []
@@ -224,13 +235,15 @@ async def materialise(
                         len(planned_runs),
                         row["concurrency"],
                         row["dry_run"],
+                        due.overlap,
                     )
                 )
             advanced.append(
                 (due.tenant, due.name, planned.next_due_at, planned.dropped, planned.caught_up)
             )
+        columns = _columns(planned_runs, 18)
         inserted: Sequence[asyncpg.Record] = await conn.fetch(
-            INSERT_PLANNED_RUNS, *_columns(planned_runs, 17), now
+            INSERT_PLANNED_RUNS, *columns[:17], now, columns[17]
         )
         await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 5))
         ready = [r["queue"] for r in inserted if r["state"] == "ready"]

@@ -258,6 +258,18 @@ class Metrics:
             buckets=_HTTP_BUCKETS,
             registry=self.registry,
         )
+        # --- Overlap policies of scheduled fires (the scheduler's due flip decides them) ---
+        self.overlap_runs = Counter(
+            "tickwork_overlap_runs",
+            "Runs an overlap policy acted on, per job (opted-in jobs; the rest under "
+            "_other) and action: skipped (a fire overlapPolicy Forbid skipped while an "
+            "earlier run of the job was running) or replaced (a run overlapPolicy Replace "
+            "stopped: cancelled, or asked to stop while leased).",
+            ["tickwork_job", "action"],
+            registry=self.registry,
+        )
+        for action in ("skipped", "replaced"):
+            self.overlap_runs.labels(OTHER_JOBS, action)
         register_process_collectors(self.registry)
         self._initialise_known_series()
 

@@ -119,4 +119,5 @@ def fresh_status(definition: Definition) -> JobStatus:
         dead_runs=0,
         missed_runs_dropped=definition.missed_dropped,
         missed_caught_up=0,
+        overlap_skipped=definition.overlap_skipped,
     )

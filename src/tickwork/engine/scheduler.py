@@ -1,6 +1,6 @@
 """The scheduler role: for every shard this replica owns, at least once a second,
-materialise due cron runs, flip due runs to ``ready``, skip runs past their starting
-deadline and reap expired leases.
+materialise due cron runs, flip due runs to ``ready`` (deciding the fires of jobs with
+an overlap policy), skip runs past their starting deadline and reap expired leases.
 
 Ownership comes from ``coordination`` (``Ownership``): leases say which shards this
 replica SHOULD work on, and stop saying so before they can have expired for the
@@ -58,12 +58,16 @@ class TickReport:
     promoted: int = 0
     skipped: int = 0
     reaped: int = 0
+    # Runs an overlapPolicy Replace stopped (cancelled, or asked to stop).
+    replaced: int = 0
     # Seconds until this shard's next waiting run is due (None: nothing waiting).
     next_due_in: float | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.materialised or self.promoted or self.skipped or self.reaped)
+        return bool(
+            self.materialised or self.promoted or self.skipped or self.reaped or self.replaced
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +231,8 @@ class Scheduler:
         self._guard(shard, term, "promote")
         promoted = await sweeps.promote_due(conn, self.batch, now, fence=fence)
         report.promoted, report.skipped = promoted.ready, promoted.skipped
+        report.replaced = len(promoted.overlap.replaced)
+        self._count_overlap(promoted.overlap)
         if not report.took_over:
             report.reaped = await self._reap(conn, shard, term, fence)
         report.next_due_in = await sweeps.seconds_until_next_due(conn, now)
@@ -246,6 +252,13 @@ class Scheduler:
                 label = self.metrics.job_label(tenant, job)
                 self.metrics.lease_expiries.labels(label, Priority.from_rank(rank).value).inc()
         return reaped.total
+
+    def _count_overlap(self, overlap: sweeps.Overlapped) -> None:
+        if self.metrics is None:
+            return
+        for action, runs in (("skipped", overlap.skipped), ("replaced", overlap.replaced)):
+            for tenant, job in runs:
+                self.metrics.overlap_runs.labels(self.metrics.job_label(tenant, job), action).inc()
 
     def _guard(self, shard: int, term: int, step: str) -> None:
         """Before each transaction: go on only while the shard is still owned."""
@@ -343,12 +356,14 @@ class Scheduler:
             self.test_signals.took_over.signal(report)
         if report.changed:
             logger.info(
-                "scheduler pass: shard %d materialised %d, promoted %d, skipped %d, reaped %d",
+                "scheduler pass: shard %d materialised %d, promoted %d, skipped %d, "
+                "reaped %d, replaced %d",
                 shard,
                 report.materialised,
                 report.promoted,
                 report.skipped,
                 report.reaped,
+                report.replaced,
                 extra={"action": "scheduler-pass", "shard": shard},
             )
             if self.metrics is not None:

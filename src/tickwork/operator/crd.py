@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import yaml
 
+from tickwork.core import containers
 from tickwork.core.records import State
 from tickwork.core.spec import JobSpec
 from tickwork.engine import manifests
@@ -59,6 +60,11 @@ _KEPT: Final = (
     "maxItems",
 )
 
+# A job-runner's queue (core.containers: 'containers' or 'containers-<name>'), in CEL.
+_RUNNER_QUEUE: Final = (
+    f"(self.queue == '{containers.QUEUE}' || self.queue.startsWith('{containers.QUEUE}-'))"
+)
+
 # CEL rules for the checks JobSpec makes in model validators, by property path.
 _RULES: Final[dict[tuple[str, ...], list[dict[str, str]]]] = {
     (): [
@@ -66,7 +72,18 @@ _RULES: Final[dict[tuple[str, ...], list[dict[str, str]]]] = {
             "rule": "!(has(self.schedule) && has(self.runAt))",
             "message": "a job has at most one of schedule and runAt",
             "fieldPath": ".runAt",
-        }
+        },
+        {
+            "rule": f"!has(self.jobTemplate) || (has(self.queue) && {_RUNNER_QUEUE})",
+            "message": "a job with jobTemplate is run by `tickwork job-runner`: set queue to "
+            f"'{containers.QUEUE}' (or '{containers.QUEUE}-<name>')",
+            "fieldPath": ".queue",
+        },
+        {
+            "rule": f"has(self.jobTemplate) || !has(self.queue) || !{_RUNNER_QUEUE}",
+            "message": f"{containers.QUEUE_RULE}: a job without jobTemplate cannot run there",
+            "fieldPath": ".queue",
+        },
     ],
     ("retry",): [
         {
@@ -93,6 +110,11 @@ def _structural(
     node: dict[str, Any], defs: dict[str, Any], path: tuple[str, ...]
 ) -> dict[str, Any]:
     """One node of pydantic's schema as a structural schema node."""
+    if path == _TEMPLATE:
+        # Kubernetes' own types: kept as the API server takes them (core.containers).
+        template = containers.template_schema(closed=False)
+        template["description"] = _clean(template["description"])
+        return template
     node = dict(node)
     description = node.pop("description", None)
     default = node.get("default")
@@ -148,6 +170,9 @@ def _structural(
     if rules:
         result["x-kubernetes-validations"] = copy.deepcopy(rules)
     return result
+
+
+_TEMPLATE: Final = ("jobTemplate",)
 
 
 def _clean(text: str) -> str:
@@ -278,6 +303,15 @@ def status_schema() -> dict[str, Any]:
             "missedRunsDropped": _count(
                 "Missed fire times the last run_all catch-up did not insert (over its cap)."
             ),
+            "overlapSkipped": _count(
+                "Fires overlapPolicy Forbid skipped while an earlier run of the job was "
+                "running (counted since the job was created)."
+            ),
+            "lastJobName": {
+                "type": "string",
+                "description": "A container job's (spec.jobTemplate): the name of the Job "
+                "of its latest attempt, in this namespace (kubectl get job NAME).",
+            },
             KOPF_FIELD: {
                 "type": "object",
                 "description": "The operator's own bookkeeping (Kopf): what it last "
@@ -305,6 +339,7 @@ PRINTER_COLUMNS: Final = [
     {"name": "Next", "type": "string", "jsonPath": ".status.nextRunTime"},
     {"name": "Last", "type": "date", "jsonPath": ".status.lastScheduleTime"},
     {"name": "Result", "type": "string", "jsonPath": ".status.lastRunState"},
+    {"name": "Job", "type": "string", "jsonPath": ".status.lastJobName"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -341,7 +376,8 @@ def definition() -> dict[str, Any]:
                             "type": "object",
                             "description": "A cron, delayed or one-off job of tickwork, "
                             "stored in its shard of PostgreSQL and run by the team's "
-                            "workers. The namespace is the tenant.",
+                            "workers, or with spec.jobTemplate as a Kubernetes Job per "
+                            "attempt by tickwork job-runner. The namespace is the tenant.",
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

@@ -25,6 +25,8 @@ RUN_FIELDS: Final = (
     "activeRuns",
     "deadRuns",
     "missedRunsDropped",
+    "overlapSkipped",
+    "lastJobName",
 )
 
 
@@ -89,7 +91,7 @@ def with_condition(current: Mapping[str, Any] | None, condition: dict[str, Any])
 
 def run_fields(status: JobStatus) -> dict[str, Any]:
     """The run-derived fields, from the database (None: the field is absent)."""
-    return {
+    fields: dict[str, Any] = {
         "nextRunTime": timestamp(status.next_run_time),
         "lastScheduleTime": timestamp(status.last_schedule_time),
         "lastSuccessfulTime": timestamp(status.last_successful_time),
@@ -97,7 +99,12 @@ def run_fields(status: JobStatus) -> dict[str, Any]:
         "activeRuns": status.active_runs,
         "deadRuns": status.dead_runs,
         "missedRunsDropped": status.missed_runs_dropped,
+        "overlapSkipped": status.overlap_skipped,
     }
+    if status.last_job_name is not None:
+        # Kept while a new run waits for its first attempt: the last Job there was.
+        fields["lastJobName"] = status.last_job_name
+    return fields
 
 
 def stored(

@@ -62,7 +62,7 @@ async def upsert(
     The caller computes ``next_due_at`` (it knows whether the schedule changed) and
     decides who may replace whom (``managed_by``: where the definition is declared).
     """
-    document = spec.to_document()
+    document = spec.to_stored()
     row = await conn.fetchrow(
         UPSERT_DEFINITION,
         tenant,

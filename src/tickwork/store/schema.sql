@@ -15,6 +15,7 @@
 -- migration 0011_hot_path
 -- migration 0012_lease_indexes
 -- migration 0013_definition_run_fields
+-- migration 0014_overlap_policy
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -88,7 +89,8 @@ CREATE TABLE definitions (
     created_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone NOT NULL,
     managed_by text,
-    missed_caught_up bigint NOT NULL DEFAULT 0
+    missed_caught_up bigint NOT NULL DEFAULT 0,
+    overlap_skipped bigint NOT NULL DEFAULT 0
 );
 ALTER TABLE definitions ADD CONSTRAINT definitions_managed_by_check CHECK ((managed_by = ANY (ARRAY['kubernetes'::text, 'manifests'::text])));
 ALTER TABLE definitions ADD CONSTRAINT definitions_pkey PRIMARY KEY (tenant, name);
@@ -211,7 +213,8 @@ CREATE TABLE live_runs (
     finished_at timestamp with time zone,
     concurrency integer NOT NULL DEFAULT 0,
     request_fingerprint bytea,
-    dry_run boolean NOT NULL DEFAULT false
+    dry_run boolean NOT NULL DEFAULT false,
+    overlap text
 );
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_concurrency_check CHECK ((concurrency >= 0));
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_max_attempts_check CHECK ((max_attempts >= 1));
@@ -224,6 +227,7 @@ CREATE INDEX live_runs_claimable ON live_runs USING btree (queue, priority, tena
 CREATE INDEX live_runs_leased ON live_runs USING btree (tenant, job, id DESC) WHERE (state = 'leased'::text);
 CREATE INDEX live_runs_limited ON live_runs USING btree (queue, priority, tenant, job, ready_at, id) WHERE ((state = 'ready'::text) AND (concurrency > 0));
 CREATE INDEX live_runs_limited_leased ON live_runs USING btree (tenant, job) WHERE ((state = 'leased'::text) AND (concurrency > 0));
+CREATE INDEX live_runs_overlap_due ON live_runs USING btree (ready_at) WHERE ((state = 'scheduled'::text) AND (overlap IS NOT NULL));
 CREATE UNIQUE INDEX live_runs_pkey ON live_runs USING btree (id);
 CREATE INDEX live_runs_start_deadline ON live_runs USING btree (start_deadline) WHERE ((start_deadline IS NOT NULL) AND (attempt = 0) AND (state = ANY (ARRAY['scheduled'::text, 'ready'::text])));
 CREATE INDEX live_runs_waiting ON live_runs USING btree (ready_at) WHERE (state = ANY (ARRAY['scheduled'::text, 'retry_wait'::text]));

@@ -12,7 +12,9 @@ async def export_invoices(ctx: RunContext) -> None:
 worker.run_forever()
 ```
 
-This package imports no server module: it talks to the public HTTP API only.
+This package imports no server module: it talks to the public HTTP API only. Its
+other public faces: ``tickwork.client`` (enqueue, read and cancel runs from an
+application) and ``tickwork.testing`` (run a handler in a unit test).
 """
 
 from tickwork.core.backoff import Backoff
@@ -27,7 +29,7 @@ from tickwork.worker.client import (
     Problem,
     WorkerClient,
 )
-from tickwork.worker.context import NonRetryableError, RunContext
+from tickwork.worker.context import InvalidPayload, NonRetryableError, RunContext
 from tickwork.worker.credentials import TokenFile
 from tickwork.worker.handlers import Handler
 from tickwork.worker.results import RunResult
@@ -44,6 +46,7 @@ __all__ = [
     "Completion",
     "Extended",
     "Handler",
+    "InvalidPayload",
     "Lease",
     "NonRetryableError",
     "Problem",

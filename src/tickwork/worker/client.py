@@ -6,8 +6,9 @@ dataclasses; nothing here retries. Errors come in two kinds:
 
 - ``ApiUnreachable``: no HTTP answer at all (connection refused or reset, timeout);
 - ``ApiError``: an HTTP error answer, carrying its ``application/problem+json``
-  ``Problem``. ``ApiError.transient`` is true for 5xx (``503 store-unavailable`` while
-  the database restarts, say), 429 and 408.
+  ``Problem``, raised as the subclass of its slug (``StaleLease``, ``NotFound``: see
+  ``tickwork.worker.problems``). ``ApiError.transient`` is true for 5xx (``503
+  store-unavailable`` while the database restarts, say), 429 and 408.
 
 Batch endpoints answer one result per item in order: a result dataclass, or the
 item's ``Problem`` (a stale lease on one item does not fail the others).
@@ -15,7 +16,6 @@ item's ``Problem`` (a stale lease on one item does not fail the others).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,99 +25,30 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from tickwork.core import errors, limits
+from tickwork.core import limits
 from tickwork.worker import credentials
+from tickwork.worker.problems import ApiError, ApiUnreachable, Problem, is_transient
+
+__all__ = [
+    "ApiError",
+    "ApiUnreachable",
+    "Beat",
+    "Completed",
+    "Completion",
+    "Extended",
+    "Lease",
+    "Outcome",
+    "Problem",
+    "WorkerClient",
+    "is_transient",
+    "parse_instant",
+]
 
 Outcome = Literal["succeeded", "failed"]
 
 _Result = TypeVar("_Result")
 
 _JSON_HEADERS: Final = {"Content-Type": "application/json", "Accept": "application/json"}
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """An RFC 9457 problem: ``type`` is ``https://tickwork.dev/problems/<slug>``."""
-
-    type: str
-    title: str
-    status: int
-    detail: str = ""
-    field: str | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def slug(self) -> str:
-        """The last part of ``type``, e.g. ``stale-lease``."""
-        return self.type.removeprefix(errors.PROBLEM_BASE)
-
-    @property
-    def stale_lease(self) -> bool:
-        """The lease is gone or a newer one exists: drop the run, never retry the call."""
-        return self.slug == errors.StaleLease.slug
-
-    @property
-    def lease_lost(self) -> bool:
-        """The worker no longer holds the run: a stale lease, or a run that is gone."""
-        return self.stale_lease or self.slug == errors.NotFound.slug
-
-    @property
-    def transient(self) -> bool:
-        """Worth repeating later: the server failed or was unavailable (one item of a
-        batch whose shard was down, say), asked the client to slow down, or timed out."""
-        return self.status >= 500 or self.status in _RETRIED_STATUSES
-
-    @classmethod
-    def from_json(cls, data: Any, status: int = 0) -> Problem:
-        if not isinstance(data, dict):
-            return cls.unparsed(status, "")
-        known = {"type", "title", "status", "detail", "field"}
-        return cls(
-            type=str(data.get("type") or "about:blank"),
-            title=str(data.get("title") or ""),
-            status=int(data.get("status") or status),
-            detail=str(data.get("detail") or ""),
-            field=data.get("field"),
-            extra={k: v for k, v in data.items() if k not in known},
-        )
-
-    @classmethod
-    def unparsed(cls, status: int, text: str) -> Problem:
-        """An error answer that was not problem+json (a proxy's error page, say)."""
-        return cls(type="about:blank", title=f"HTTP {status}", status=status, detail=text[:500])
-
-
-class ApiError(Exception):
-    """The API answered with an HTTP error."""
-
-    def __init__(self, problem: Problem) -> None:
-        detail = f": {problem.detail}" if problem.detail else ""
-        super().__init__(f"{problem.status} {problem.slug}{detail}")
-        self.problem = problem
-
-    @property
-    def status(self) -> int:
-        return self.problem.status
-
-    @property
-    def transient(self) -> bool:
-        """Worth retrying later: the server failed or is unavailable, asked the client
-        to slow down, or timed out reading the request."""
-        return self.problem.transient
-
-
-_RETRIED_STATUSES: Final = frozenset({errors.QuotaExceeded.status, errors.RequestTimeout.status})
-
-
-class ApiUnreachable(Exception):
-    """No HTTP answer: the API is down, unreachable, or too slow to answer."""
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether a failed call is worth repeating after a backoff."""
-    if isinstance(error, ApiUnreachable):
-        return True
-    return isinstance(error, ApiError) and error.transient
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +305,7 @@ class WorkerClient:
 
 def _answer(status: int, raw: bytes) -> dict[str, Any]:
     if status >= 400:
-        raise ApiError(_problem_of(status, raw))
+        raise ApiError.of(_problem_of(status, raw))
     try:
         answer = orjson.loads(raw)
     except orjson.JSONDecodeError as error:

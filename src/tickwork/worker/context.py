@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,23 @@ class NonRetryableError(Exception):
     it for failures that no retry can fix (a malformed payload, a deleted customer).
     Any other exception fails the run as retryable.
     """
+
+
+class InvalidPayload(NonRetryableError):
+    """The payload does not validate as the type of the handler's payload parameter.
+
+    Raised by the worker before the handler is called; the run fails as not retryable,
+    the message naming each field that did not validate (``payload.lines[0].amount:
+    Input should be a valid number``). ``field`` is the first of them, ``errors`` all
+    of them shown (up to 10) as ``(field, message)`` pairs.
+    """
+
+    def __init__(
+        self, message: str, *, field: str = "payload", errors: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        super().__init__(message)
+        self.field = field
+        self.errors = list(errors)
 
 
 class RunContext:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 log = logging.getLogger("tickwork.worker")
@@ -73,7 +73,20 @@ class TokenFile:
 
 
 Token = str | TokenFile
-"""What ``Worker`` and ``WorkerClient`` take as ``token``."""
+"""What ``Worker``, ``WorkerClient`` and the clients of ``tickwork.client`` take as
+``token``."""
+
+
+def from_env(env: Mapping[str, str]) -> Token:
+    """``TICKWORK_TOKEN``, or a ``TokenFile`` of ``TICKWORK_TOKEN_FILE`` (not both)."""
+    token, path = env.get("TICKWORK_TOKEN"), env.get("TICKWORK_TOKEN_FILE")
+    if token and path:
+        raise ValueError("set one of TICKWORK_TOKEN and TICKWORK_TOKEN_FILE, not both")
+    if path:
+        return TokenFile(path)
+    if not token:
+        raise ValueError("no token: set TICKWORK_TOKEN or TICKWORK_TOKEN_FILE, or pass token=")
+    return token
 
 
 def current(token: Token) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Final
 
 from tickwork.worker import completions, handlers
-from tickwork.worker.client import Completion, Lease
+from tickwork.worker.client import Completion, Lease, Outcome
 from tickwork.worker.context import NonRetryableError, RunContext
 from tickwork.worker.session import Held, Session
 
@@ -47,36 +48,68 @@ def start(session: Session, lease: Lease) -> None:
     session.signals.leased.signal(lease)
 
 
+@dataclass(frozen=True, slots=True)
+class Performed:
+    """What a handler did with a run, as the worker reports it: ``message`` and
+    ``retryable`` for a failure, ``skipped`` for a dry run its handler does not support
+    (reported as succeeded, untouched)."""
+
+    outcome: Outcome
+    message: str | None = None
+    retryable: bool = True
+    error: BaseException | None = None
+    returned: object = None
+    skipped: bool = False
+
+
+async def perform(
+    registry: handlers.Handlers, context: RunContext, in_thread: handlers.InThread, worker_id: str
+) -> Performed:
+    """Find the run's handler and run it to its end: the one path from a leased run to
+    its outcome, for the worker and for ``tickwork.testing`` alike. A cancelled handler
+    raises ``CancelledError`` through."""
+    calling = registry.calling_for(context.job, context.queue)
+    if calling is None:
+        log.error(
+            "no handler for job %r (queue %r)",
+            context.job,
+            context.queue,
+            extra={"action": "no-handler", "run_id": context.run_id},
+        )
+        return Performed("failed", f"worker {worker_id} has no handler for job {context.job!r}")
+    if context.dry_run and not registry.supports_dry_run(context.job, context.queue):
+        log.info(
+            "run %s of job %r is a dry run and its handler does not support dry runs: skipped",
+            context.run_id,
+            context.job,
+            extra={"action": "dry-run-skipped", "run_id": context.run_id},
+        )
+        return Performed("succeeded", skipped=True)
+    try:
+        returned = await handlers.call(calling, context, in_thread)
+    except NonRetryableError as error:
+        _log_failure(context, error, "failed for good (not retryable)")
+        return Performed("failed", message_of(error), retryable=False, error=error)
+    except Exception as error:
+        _log_failure(context, error, "failed")
+        return Performed("failed", message_of(error), error=error)
+    return Performed("succeeded", returned=returned)
+
+
 async def execute(session: Session, held: Held) -> None:
     context = held.context
     completion: Completion | None = None
     try:
-        handler = session.handlers.handler_for(context.job, context.queue)
-        if handler is None:
-            log.error(
-                "no handler for job %r (queue %r)",
-                context.job,
-                context.queue,
-                extra={"action": "no-handler", "run_id": context.run_id},
-            )
-            completion = failure(
-                context,
-                f"worker {session.settings.worker_id} has no handler for job {context.job!r}",
-            )
-        elif context.dry_run and not session.handlers.supports_dry_run(context.job, context.queue):
-            log.info(
-                "run %s of job %r is a dry run and its handler does not support dry runs: skipped",
-                context.run_id,
-                context.job,
-                extra={"action": "dry-run-skipped", "run_id": context.run_id},
-            )
-            completion = Completion(context.run_id, context.fencing_token, "succeeded")
-        else:
-            await handlers.call(handler, context, session.threads)
-            completion = Completion(context.run_id, context.fencing_token, "succeeded")
-    except NonRetryableError as error:
-        _log_failure(context, error, "failed for good (not retryable)")
-        completion = failure(context, message_of(error), retryable=False)
+        performed = await perform(
+            session.handlers, context, session.threads.run, session.settings.worker_id
+        )
+        completion = Completion(
+            context.run_id,
+            context.fencing_token,
+            performed.outcome,
+            performed.message,
+            performed.retryable,
+        )
     except asyncio.CancelledError:
         completion = failure(context, "worker stopped before the handler finished")
         raise

@@ -87,7 +87,7 @@ class Worker:
         if not url:
             raise ValueError("no API URL: set TICKWORK_URL or pass url=")
         if token is None:
-            token = _token_from(env)
+            token = credentials.from_env(env)
         if "queues" not in settings and env.get("TICKWORK_QUEUES"):
             settings["queues"] = [q.strip() for q in env["TICKWORK_QUEUES"].split(",") if q.strip()]
         return cls(url, token, **settings)
@@ -306,17 +306,6 @@ class Worker:
                     extra={"action": "loop-restart", "call": name},
                 )
                 await asyncio.sleep(delay)
-
-
-def _token_from(env: Mapping[str, str]) -> credentials.Token:
-    token, path = env.get("TICKWORK_TOKEN"), env.get("TICKWORK_TOKEN_FILE")
-    if token and path:
-        raise ValueError("set one of TICKWORK_TOKEN and TICKWORK_TOKEN_FILE, not both")
-    if path:
-        return credentials.TokenFile(path)
-    if not token:
-        raise ValueError("no token: set TICKWORK_TOKEN or TICKWORK_TOKEN_FILE, or pass token=")
-    return token
 
 
 def run(

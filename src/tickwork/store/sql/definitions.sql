@@ -2,18 +2,21 @@
 
 -- name: definition_for_update
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
-       generation, created_at, updated_at, managed_by, missed_caught_up
+       generation, created_at, updated_at, managed_by, missed_caught_up,
+       overlap_skipped
 FROM definitions WHERE tenant = $1 AND name = $2 FOR UPDATE
 
 -- name: definition_for_share
 -- Enqueue holds the definition so a concurrent delete cannot orphan the new run.
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
-       generation, created_at, updated_at, managed_by, missed_caught_up
+       generation, created_at, updated_at, managed_by, missed_caught_up,
+       overlap_skipped
 FROM definitions WHERE tenant = $1 AND name = $2 FOR SHARE
 
 -- name: definition
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
-       generation, created_at, updated_at, managed_by, missed_caught_up
+       generation, created_at, updated_at, managed_by, missed_caught_up,
+       overlap_skipped
 FROM definitions WHERE tenant = $1 AND name = $2
 
 -- name: upsert_definition
@@ -37,7 +40,7 @@ SET spec = EXCLUDED.spec,
     managed_by = EXCLUDED.managed_by
 RETURNING tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
           generation, created_at, updated_at, managed_by, missed_caught_up,
-          (xmax = 0) AS inserted
+          overlap_skipped, (xmax = 0) AS inserted
 
 -- name: delete_definition
 DELETE FROM definitions WHERE tenant = $1 AND name = $2 RETURNING name
@@ -59,13 +62,14 @@ FROM before
 WHERE d.tenant = $1 AND d.name = $2
 RETURNING d.tenant, d.name, d.spec, d.queue, d.priority, d.paused, d.next_due_at,
           d.missed_dropped, d.generation, d.created_at, d.updated_at, d.managed_by,
-          d.missed_caught_up,
+          d.missed_caught_up, d.overlap_skipped,
           before.paused IS DISTINCT FROM $3 AS changed
 
 -- name: definitions_of_tenant
 -- Keyset by name; the cross-shard merge takes the first `limit` of all shards.
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
-       generation, created_at, updated_at, managed_by, missed_caught_up
+       generation, created_at, updated_at, managed_by, missed_caught_up,
+       overlap_skipped
 FROM definitions
 WHERE tenant = $1 AND ($2::text IS NULL OR name > $2)
 ORDER BY name
@@ -88,14 +92,19 @@ ORDER BY tenant, name
 --     exists; none when paused.
 --   last: the latest run past `scheduled` (it became ready, or ended before that): the
 --     latest live one by due time, or else the newest finished one (by id, on the index).
+--   last_run_id, last_attempt, runs_jobs: its id and attempt, and whether the job is a
+--     container job whose attempts are Jobs (jobTemplate, not dryRun): its last Job.
 -- Each figure is one index probe per job (dead runs: finished_runs_dead_by_job).
 SELECT j.tenant, j.name, d.generation, d.paused, d.managed_by, d.missed_dropped,
-       d.missed_caught_up,
+       d.missed_caught_up, d.overlap_skipped,
        CASE WHEN d.paused THEN NULL
             WHEN d.spec ? 'schedule' THEN least(d.next_due_at, waiting.due_at)
             ELSE d.next_due_at END AS next_run_time,
        last.due_at AS last_schedule_time,
        last.state AS last_run_state,
+       last.id AS last_run_id,
+       last.attempt AS last_attempt,
+       d.spec ? 'jobTemplate' AND d.spec -> 'dryRun' IS DISTINCT FROM 'true'::jsonb AS runs_jobs,
        (SELECT f.finished_at FROM finished_runs AS f
         WHERE f.tenant = j.tenant AND f.job = j.name AND f.state = 'succeeded'
         ORDER BY f.id DESC LIMIT 1) AS last_successful_time,
@@ -111,21 +120,21 @@ LEFT JOIN LATERAL (
       AND r.origin = 'cron'
 ) AS waiting ON true
 LEFT JOIN LATERAL (
-    SELECT c.due_at, c.state
+    SELECT c.due_at, c.state, c.id, c.attempt
     -- The live runs in the two parts their indexes hold (live_runs_by_job leaves the
     -- leased ones to live_runs_leased).
-    FROM ((SELECT r.due_at, r.state, r.id FROM live_runs AS r
+    FROM ((SELECT r.due_at, r.state, r.id, r.attempt FROM live_runs AS r
            WHERE r.tenant = j.tenant AND r.job = j.name
              AND r.state <> 'scheduled' AND r.state <> 'leased'
            ORDER BY r.due_at DESC, r.id DESC
            LIMIT 1)
           UNION ALL
-          (SELECT r.due_at, r.state, r.id FROM live_runs AS r
+          (SELECT r.due_at, r.state, r.id, r.attempt FROM live_runs AS r
            WHERE r.tenant = j.tenant AND r.job = j.name AND r.state = 'leased'
            ORDER BY r.due_at DESC, r.id DESC
            LIMIT 1)
           UNION ALL
-          (SELECT f.due_at, f.state, f.id FROM finished_runs AS f
+          (SELECT f.due_at, f.state, f.id, f.attempt FROM finished_runs AS f
            WHERE f.tenant = j.tenant AND f.job = j.name
            ORDER BY f.id DESC
            LIMIT 1)) AS c

@@ -312,13 +312,16 @@ HAVING count(r.id) > j.limit_
 -- seconds, never past the attempt's deadline nor more than 6 hours at once. The id list
 -- drives the primary-key lookup; array_position pairs each row with its own token, so
 -- swapped tokens match nothing (joining unnest() here made the planner hash-join).
--- $5/$6 scope the caller to a tenant and queues (NULL: unrestricted).
+-- $5/$6 scope the caller to a tenant and queues (NULL: unrestricted). A run whose cancel
+-- was requested is answered but not extended: it finishes the lease it holds, so a run
+-- that overlapPolicy Replace (or anyone) stopped is fenced off within one lease.
 WITH clock AS (SELECT coalesce($4::timestamptz, now()) AS now)
 UPDATE live_runs AS r
-SET lease_expires_at = least(
-        clock.now + make_interval(secs => $3::double precision),
-        r.deadline,
-        clock.now + interval '6 hours'),
+SET lease_expires_at = CASE WHEN r.cancel_requested THEN r.lease_expires_at
+                            ELSE least(
+                                clock.now + make_interval(secs => $3::double precision),
+                                r.deadline,
+                                clock.now + interval '6 hours') END,
     updated_at = clock.now
 FROM clock
 WHERE r.id = ANY($1::bigint[])

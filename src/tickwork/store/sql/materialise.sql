@@ -24,7 +24,8 @@ SELECT tenant,
        (spec ->> 'timeoutSeconds')::integer AS timeout_seconds,
        coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
        coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
-       spec -> 'payload' AS payload
+       spec -> 'payload' AS payload,
+       spec ->> 'overlapPolicy' AS overlap_policy
 FROM definitions
 WHERE NOT paused
   AND next_due_at IS NOT NULL
@@ -37,7 +38,9 @@ FOR UPDATE SKIP LOCKED
 -- Each run first claims its keys in run_keys: (tenant, job, due_at) for cron runs and
 -- the idempotency key. A run whose key is taken, by a live or by a finished run, is
 -- left out, so materialising twice (failover, split brain) inserts nothing the second
--- time. A run already past its starting deadline goes straight to the history.
+-- time. A run already past its starting deadline goes straight to the history. $19: the
+-- overlap policy of each run's job (NULL: Allow); such a run stays `scheduled` even when
+-- its time has come, for the due flip to decide under the job's lock (sweeps.sql).
 WITH clock AS (
     SELECT coalesce($18::timestamptz, now()) AS now
 ), planned AS (
@@ -45,10 +48,11 @@ WITH clock AS (
     FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[],
                 $6::integer[], $7::double precision[], $8::double precision[],
                 $9::integer[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[],
-                $13::text[], $14::jsonb[], $15::bigint[], $16::integer[], $17::boolean[])
+                $13::text[], $14::jsonb[], $15::bigint[], $16::integer[], $17::boolean[],
+                $19::text[])
          AS p(tenant, job, queue, priority, origin, max_attempts, retry_base, retry_max,
               timeout_seconds, due_at, ready_at, start_deadline, idempotency_key, payload,
-              ordinal, concurrency, dry_run)
+              ordinal, concurrency, dry_run, overlap)
     ORDER BY p.ordinal
 ), claimed AS (
     INSERT INTO run_keys (tenant, job, due_at, idempotency_key, run_id, created_at)
@@ -62,7 +66,7 @@ WITH clock AS (
 ), admitted AS (
     SELECT planned.*,
            CASE WHEN planned.start_deadline < clock.now THEN 'skipped'
-                WHEN planned.ready_at <= clock.now THEN 'ready'
+                WHEN planned.ready_at <= clock.now AND planned.overlap IS NULL THEN 'ready'
                 ELSE 'scheduled' END AS state,
            clock.now
     FROM planned
@@ -74,10 +78,10 @@ WITH clock AS (
     INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
                            retry_base, retry_max, timeout_seconds, due_at, ready_at,
                            start_deadline, idempotency_key, payload, created_at,
-                           updated_at, concurrency, dry_run)
+                           updated_at, concurrency, dry_run, overlap)
     SELECT id, tenant, job, queue, priority, state, origin, max_attempts, retry_base,
            retry_max, timeout_seconds, due_at, ready_at, start_deadline, idempotency_key,
-           payload, now, now, concurrency, dry_run
+           payload, now, now, concurrency, dry_run, overlap
     FROM admitted
     WHERE state <> 'skipped'
     ORDER BY ordinal

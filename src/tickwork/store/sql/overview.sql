@@ -78,7 +78,7 @@ SELECT DISTINCT tenant FROM definitions ORDER BY tenant LIMIT $1
 WITH jobs AS (
     SELECT d.tenant, d.name, d.spec, d.queue, d.priority, d.paused, d.next_due_at,
            d.missed_dropped, d.generation, d.created_at, d.updated_at, d.managed_by,
-           d.missed_caught_up,
+           d.missed_caught_up, d.overlap_skipped,
            c.active,
            c.dead,
            c.next_scheduled,
