@@ -39,6 +39,7 @@ MODULES: tuple[str, ...] = (
     "bench.materialiser",
     "bench.dashboard",
     "bench.status_feed",
+    "bench.bulk",
 )
 RESULTS = Path(__file__).resolve().parent.parent / "bench-results.json"
 # The headline figures, in the order of the summary, with what each is compared to.
@@ -60,6 +61,12 @@ SUMMARY: tuple[tuple[str, str, str], ...] = (
     ("fairness_b_p99_lag_s", "(g) tenant B p99 start lag under A's flood, s", "< 1"),
     ("fairness_b_p99_lag_no_flood_s", "(g) tenant B p99 start lag, no flood, s", ""),
     ("fairness_b_vs_no_flood", "(g) B's lag with / without the flood", "<= 1.2"),
+    (
+        "bulk_other_tenant_p99_start_lag_s",
+        "(i) other tenant's p99 start lag during a bulk replay, s",
+        "< 1",
+    ),
+    ("bulk_replay_runs_per_s", "(i) bulk replay of 50 000 dead runs, runs/s", ""),
     ("spike_all_leased_s", "(h) 100k cron runs at one minute: all leased after, s", "<= 65"),
 )
 

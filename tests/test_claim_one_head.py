@@ -188,11 +188,13 @@ async def test_the_claims_generic_plans_group_by_sorting(shard_map: ShardMap) ->
     heads) when the executor starts: the claim connections group by sorting instead."""
     conn = await db.connect(shard_map[0], claims=True)
     try:
-        for sql in (leases.CLAIM, leases.CLAIM_ONE_HEAD):
+        for sql in (leases.CLAIM, leases.CLAIM_ONE_HEAD, leases.CLAIM_LIMITED):
             statement = await conn.prepare(sql)
             types = ", ".join(t.name for t in statement.get_parameters())
             await conn.execute(f"PREPARE claim_plan ({types}) AS {sql}")
-            arguments = "'{default}', 10, 'w', NULL, 30, NULL, '{0,0,0}', '{0.7,0.25,0.05}', 1"
+            arguments = (
+                "'{default}', 10, 'w', NULL, 30, NULL, '{0,0,0}', '{0.7,0.25,0.05}', 1, '{}'"
+            )
             count = len(statement.get_parameters())
             plan = json.loads(
                 await conn.fetchval(

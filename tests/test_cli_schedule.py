@@ -55,9 +55,12 @@ def test_table_shows_utc_and_local_wall_time() -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["UTC", "local", "(Europe/Berlin)"]
-    assert lines[1].split() == ["2024-10-27T00:00:00Z", "2024-10-27", "02:00:00+02:00", "CEST"]
-    assert lines[2].split() == ["2024-10-27T01:00:00Z", "2024-10-27", "02:00:00+01:00", "CET"]
+    # The two 02:00 say they are the two occurrences of a repeated local time.
+    assert lines[1].split()[:4] == ["2024-10-27T00:00:00Z", "2024-10-27", "02:00:00+02:00", "CEST"]
+    assert lines[2].split()[:4] == ["2024-10-27T01:00:00Z", "2024-10-27", "02:00:00+01:00", "CET"]
     assert lines[3].split() == ["2024-10-27T02:00:00Z", "2024-10-27", "03:00:00+01:00", "CET"]
+    assert lines[1].endswith("runs at both, this is the first (CEST)")
+    assert lines[2].endswith("runs at both, this is the second (CET)")
 
 
 def test_jitter_shifts_every_instant_by_the_job_offset() -> None:
@@ -129,5 +132,86 @@ def test_error_for_the_zone_points_at_the_option() -> None:
 def test_help_lists_the_options() -> None:
     result = run("--help")
     assert result.exit_code == 0
-    for option in ("--tz", "--after", "--count", "--jitter-seconds", "--job", "--json"):
+    for option in (
+        "--tz",
+        "--after",
+        "--count",
+        "--jitter-seconds",
+        "--job",
+        "--dst-repeated",
+        "--dst-skipped",
+        "--json",
+    ):
         assert option in result.stdout
+
+
+# --- the DST policy: --dst-repeated, --dst-skipped --------------------------------------
+
+
+def table(*args: str) -> list[str]:
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()
+
+
+BERLIN_FALL = ("30 2 * * *", "--tz", "Europe/Berlin", "--after", "2026-10-24T12:00:00Z")
+BERLIN_SPRING = ("30 2 * * *", "--tz", "Europe/Berlin", "--after", "2026-03-28T12:00:00Z")
+
+
+def test_the_preview_shows_what_the_policy_did_on_each_night() -> None:
+    overlap = "DST overlap: 02:30 happens twice on Sun 25 Oct (clocks go back)"
+    assert table(*BERLIN_FALL, "--count", "2", "--dst-repeated", "last") == [
+        "DST policy: repeated last; skipped shift (the default for a fixed-hour schedule)",
+        "UTC                   local (Europe/Berlin)",
+        f"2026-10-25T01:30:00Z  2026-10-25 02:30:00+01:00 CET  {overlap}; runs once, at the "
+        "second (CET)",
+        "2026-10-26T01:30:00Z  2026-10-26 02:30:00+01:00 CET",
+    ]
+    both = table(*BERLIN_FALL, "--count", "3", "--dst-repeated", "both")
+    assert both[2] == (
+        f"2026-10-25T00:30:00Z  2026-10-25 02:30:00+02:00 CEST  {overlap}; runs at both, "
+        "this is the first (CEST)"
+    )
+    assert both[3] == (
+        f"2026-10-25T01:30:00Z  2026-10-25 02:30:00+01:00 CET   {overlap}; runs at both, "
+        "this is the second (CET)"
+    )
+    gap = "DST gap: 02:30 does not exist on Sun 29 Mar (clocks go forward 02:00 → 03:00)"
+    assert table(*BERLIN_SPRING, "--count", "2", "--dst-skipped", "skip") == [
+        "DST policy: repeated first (the default for a fixed-hour schedule); skipped skip",
+        "UTC                   local (Europe/Berlin)",
+        f"2026-03-30T00:30:00Z  2026-03-30 02:30:00+02:00 CEST  {gap}; not run",
+        "2026-03-31T00:30:00Z  2026-03-31 02:30:00+02:00 CEST",
+    ]
+    # Without a choice: the hour field's rule, and no policy line.
+    assert table(*BERLIN_SPRING, "--count", "1") == [
+        "UTC                   local (Europe/Berlin)",
+        f"2026-03-29T01:00:00Z  2026-03-29 03:00:00+02:00 CEST  {gap}; runs at 03:00 instead",
+    ]
+
+
+def test_the_policy_applies_to_json_and_to_macros() -> None:
+    hourly = ("--tz", "Europe/Berlin", "--after", "2026-10-24T23:30:00Z", "--count", "3", "--json")
+    assert json.loads(run("@hourly", *hourly).stdout) == [
+        "2026-10-25T00:00:00Z",
+        "2026-10-25T01:00:00Z",
+        "2026-10-25T02:00:00Z",
+    ]
+    assert json.loads(run("@hourly", *hourly, "--dst-repeated", "first").stdout) == [
+        "2026-10-25T00:00:00Z",
+        "2026-10-25T02:00:00Z",
+        "2026-10-25T03:00:00Z",
+    ]
+    spring = ("--tz", "Europe/Berlin", "--after", "2026-03-28T12:00:00Z", "--count", "1", "--json")
+    assert json.loads(run("*/30 2 * * *", *spring, "--dst-skipped", "skip").stdout) == [
+        "2026-03-30T00:00:00Z"
+    ]
+
+
+def test_an_unknown_choice_is_refused_naming_the_option() -> None:
+    result = run("30 2 * * *", "--dst-repeated", "second")
+    assert result.exit_code == 2
+    assert "Invalid value for '--dst-repeated'" in result.stderr
+    assert "'first', 'last', 'both'" in result.stderr
+    result = run("30 2 * * *", "--dst-skipped", "later")
+    assert result.exit_code == 2 and "'--dst-skipped'" in result.stderr

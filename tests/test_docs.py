@@ -1170,8 +1170,15 @@ def test_scheduledjob_manifests_and_tokens_files_shown_are_valid() -> None:
 @functools.cache
 def routes() -> tuple[tuple[str, re.Pattern[str]], ...]:
     """(method, path pattern) of every route the API and the dashboard serve."""
-    from tickwork.api import audit_routes, jobs_routes, ops_routes, worker_routes
-    from tickwork.api.ui import actions, pages
+    from tickwork.api import (
+        audit_routes,
+        jobs_routes,
+        operations_routes,
+        ops_routes,
+        queues_routes,
+        worker_routes,
+    )
+    from tickwork.api.ui import actions, bulk, pages
     from tickwork.api.ui import routes as ui_routes
 
     found = []
@@ -1180,8 +1187,11 @@ def routes() -> tuple[tuple[str, re.Pattern[str]], ...]:
         worker_routes.router,
         jobs_routes.router,
         audit_routes.router,
+        operations_routes.router,
+        queues_routes.router,
         pages.router,
         actions.router,
+        bulk.router,
         ui_routes._edges,
     ):
         for route in router.routes:

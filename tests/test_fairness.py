@@ -214,8 +214,11 @@ async def test_a_job_at_its_limit_with_a_huge_backlog_costs_a_claim_nothing(
     try:
         await preload(conn, "acme", 1, job="other", ready_at=T0)
         shares = PriorityShares()
-        sql = leases.CLAIM
-        arguments = (QUEUES, 10, "w", T0, 300.0, None, [0.0] * 3, list(shares.weights), 1)
+        sql = leases.CLAIM_LIMITED
+        # The blocked job's bucket as lock_flow names it: its runs are considered.
+        buckets = ["acme\x1ejob/blocked"]
+        passes = [0.0] * 3
+        arguments = (QUEUES, 10, "w", T0, 300.0, None, passes, list(shares.weights), 1, buckets)
 
         async def buffers_of_a_claim() -> int:
             plan = json.loads(

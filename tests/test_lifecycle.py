@@ -736,9 +736,31 @@ async def test_discard_a_dead_run(
     before = await snapshot(database, run.run_id)
     with pytest.raises(InvalidState, match="discarded"):
         await jobs_replay(jobs, database, run.run_id)
-    with pytest.raises(InvalidState, match="discarded"):
-        await jobs_discard(jobs, database, run.run_id)
+    # The same discard again (a client that lost the answer) gets the same answer.
+    again = await jobs_discard(jobs, database, run.run_id, "carol@example.com")
+    assert (again.run_id, again.state) == (run.run_id, State.discarded)
     assert await snapshot(database, run.run_id) == before
+    assert [a for a in await audit_actions(jobs, database) if a[0] == "discard"] == [
+        ("discard", "carol@example.com")
+    ]
+
+
+async def test_replaying_a_replayed_run_again_answers_the_run_it_revived(
+    jobs: Jobs, dispatcher: Dispatcher, database: Database, clock: FrozenClock
+) -> None:
+    await new_job(jobs)
+    run, _ = await dead_run(jobs, dispatcher)
+    first = await jobs_replay(jobs, database, run.run_id, "bob@example.com")
+    lease = await lease_one(dispatcher)  # it moved on since: leased
+    again = await jobs_replay(jobs, database, run.run_id, "bob@example.com")
+    assert (again.run_id, again.state, again.attempt) == (first.run_id, State.leased, 1)
+    assert again.fencing_token == lease.fencing_token  # nothing done twice: one attempt
+    replays = [a for a in await audit_actions(jobs, database) if a[0] == "replay"]
+    assert replays == [("replay", "bob@example.com")]
+    # Dead again: a replay is a new replay.
+    await complete(dispatcher, lease, Outcome.failed, retryable=False)
+    assert (await state_of(jobs, run.run_id)).state is State.dead
+    assert (await jobs_replay(jobs, database, run.run_id)).state is State.ready
 
 
 @pytest.mark.parametrize("state", [State.ready, State.leased, State.succeeded, State.scheduled])

@@ -39,6 +39,7 @@ from tickwork.engine.dispatch import CompleteItem, HeartbeatItem
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import EnqueueRequest
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.queues import Queues
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store import database as store_database
 from tickwork.store import epochs, migrate, shard_leases
@@ -188,6 +189,7 @@ async def test_four_shards_become_eight_with_runs_in_flight(
 ) -> None:
     before_map = ShardMap.from_dsns(eight[:OLD])
     async with Database(before_map) as old:
+        await Queues(old, clock).pause(TENANT, "paused-queue", ACTOR)
         installed = await populate(old, clock)
         async with old.connection(1) as conn:
             first_id_of_shard_1 = await conn.fetchval("SELECT nextval('run_ids')")
@@ -215,6 +217,9 @@ async def test_four_shards_become_eight_with_runs_in_flight(
         assert flat(keys) == installed.keys
         on_expected_shards(keys)
         assert flat(await all_rows(new, HISTORY)) == installed.history
+        # Every shard, the new ones too, holds the pause: their claims skip the queue.
+        pauses = await all_rows(new, "SELECT tenant, queue FROM queue_pauses")
+        assert all(pauses[s] == [(TENANT, "paused-queue")] for s in range(NEW)), pauses
         attempts = sum(n for row, n in installed.history.items() if row[0] == "attempt")
         assert attempts == len(installed.leases)
         for shard in range(OLD, NEW):
@@ -464,6 +469,7 @@ def test_every_table_of_a_shard_is_moved_by_job_or_tenant_or_kept_by_the_shard()
         [name for name, _ in store_reshard.JOB_TABLES]
         + list(store_reshard.JOB_MARKS)
         + list(store_reshard.TENANT_TABLES)
+        + list(store_reshard.REPLICATED_TABLES)
         + list(store_reshard.SHARD_TABLES)
     )
     assert sorted(handled) == sorted(tables)

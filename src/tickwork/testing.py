@@ -12,7 +12,7 @@ It is part of the worker SDK (``tickwork.worker.testing``): what ``pip install
 tickwork`` gives, with no server and no database.
 """
 
-from tickwork.worker.context import InvalidPayload, NonRetryableError, RunContext
+from tickwork.worker.context import InvalidPayload, NonRetryableError, RunContext, Snooze
 from tickwork.worker.testing import HandlerResult, make_context, run_handler, run_handler_async
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "InvalidPayload",
     "NonRetryableError",
     "RunContext",
+    "Snooze",
     "make_context",
     "run_handler",
     "run_handler_async",

@@ -41,6 +41,38 @@ async def lease_one(api_server: ApiServer, queue: str) -> dict[str, Any]:
     return dict(granted)
 
 
+async def test_the_reference_designs_own_definition_is_taken_with_its_name(
+    api_server: ApiServer,
+) -> None:
+    """Section 4.2 of the reference design writes the job with its name in the body."""
+    document = {
+        "name": "billing.export-invoices",
+        "schedule": {
+            "cron": "0 2 * * *",
+            "timeZone": "Europe/Berlin",
+            "jitterSeconds": 0,
+            "missedRunPolicy": "run_once",
+        },
+        "queue": "billing",
+        "priority": "critical",
+        "timeoutSeconds": 900,
+        "retry": {"maxAttempts": 5, "baseSeconds": 30, "maxSeconds": 1800},
+        "concurrency": 1,
+        "payload": {"format": "csv"},
+    }
+    async with client(api_server, api_server.team_token) as team:
+        created = await team.put("/v1/jobs/billing.export-invoices", json=document)
+        assert created.status_code == 201, created.text
+        assert created.json()["name"] == "billing.export-invoices"
+        assert "name" not in created.json()["spec"]
+        other = await team.put("/v1/jobs/billing.other", json=document)
+        assert other.status_code == 400
+        assert other.json()["type"].endswith("/invalid-request")
+        assert other.json()["field"] == "name"
+        assert "must be the name in the path ('billing.other')" in other.json()["detail"]
+        assert (await team.get("/v1/jobs/billing.other")).status_code == 404
+
+
 async def test_put_creates_then_replaces_and_get_shows_the_job(api_server: ApiServer) -> None:
     async with client(api_server, api_server.team_token) as team:
         created = await team.put("/v1/jobs/export-invoices", json=SPEC)
@@ -86,6 +118,8 @@ async def test_put_creates_then_replaces_and_get_shows_the_job(api_server: ApiSe
             "tenant",
             "spec",
             "paused",
+            "pausedReason",
+            "consecutiveDeadRuns",
             "nextRunAt",
             "lastRun",
             "activeRuns",

@@ -63,10 +63,27 @@ CHECKS = [not_a_server_error, *CONFORMANCE]
 # such a field (fullmatch), for such a reason (searched in the detail), is no mismatch.
 _ITEM = r"((runs|items)\[\d+\]\.)?"
 BEYOND_SCHEMA: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
+    # Bulk operations' filters: bounds set by another field, and the states an action
+    # acts on (docs/http-api.md, Operations).
+    (re.compile(r"(filter\.)?to"), re.compile(r"from must be before to")),
+    (re.compile(r"(filter\.)?maxAttempts"), re.compile(r"must not be above maxAttempts")),
+    (re.compile(r"(filter\.)?state"), re.compile(r"acts on runs that are")),
+    (re.compile(r"jobPattern"), re.compile(r"give job or jobPattern, not both")),
     # Opaque: only a cursor the server wrote is one.
     (re.compile(r"cursor"), re.compile(r"malformed cursor")),
     # retry.maxSeconds at least retry.baseSeconds: a bound set by another field.
     (re.compile(r"retry"), re.compile(r"maxSeconds must be at least retry\.baseSeconds")),
+    # unique and debounce (docs/flow-control.md): rules across fields, and keys read from
+    # the payload of the job's runs.
+    (re.compile(r"unique\.(states|forSeconds)"), re.compile(r"retry_wait|finished|twice")),
+    (re.compile(r"debounce(\.maxSeconds)?"), re.compile(r"debounce\.seconds|at most one of")),
+    (re.compile(_ITEM + r"payload"), re.compile(r"the job's (unique|debounce)\.key points")),
+    (re.compile(_ITEM + r"(runAt|delaySeconds)"), re.compile(r"debounces its enqueues")),
+    # A completion's delaySeconds: required with outcome snoozed, refused with the others.
+    (
+        re.compile(_ITEM + r"delaySeconds"),
+        re.compile(r"delaySeconds (is required|is for outcome 'snoozed' only)"),
+    ),
     # A payload that looks like it holds a secret (docs/http-api.md, "Payloads and secrets").
     (re.compile(_ITEM + r"payload[.\[].*"), re.compile(r"must not carry secrets")),
     # What jsonb stores of a payload or an error object: numbers within 64 bits, 32 levels.
@@ -76,6 +93,12 @@ BEYOND_SCHEMA: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
     ),
     # An RFC 3339 instant whose offset takes it out of years 1-9999 in UTC.
     (re.compile(_ITEM + r"runAt"), re.compile(r"years 1-9999")),
+    # concurrencyKey needs a concurrency limit: a rule across two fields.
+    (re.compile(r"concurrencyKey"), re.compile(r"needs a concurrency limit")),
+    # Backfill: to after from and not after now (a bound set by the clock).
+    (re.compile(r"to"), re.compile(r"to must be after from|to is in the future")),
+    # A backfill of a job without a schedule (the job's state, not the request's shape).
+    (re.compile(r"job"), re.compile(r"has no schedule")),
     # A queue is the workers' or the job-runners' (jobTemplate), never both: two fields.
     (re.compile(r"queue"), re.compile(r"tickwork job-runner")),
     # What jsonb stores of a jobTemplate, as of a payload, and its size.
@@ -341,6 +364,18 @@ def walk(api: Checker, job: str, queue: str) -> None:
     cancelled = api.call("POST", "/v1/runs/{runId}:cancel", runId=later.json()["runId"])
     assert cancelled.status_code == 200
     assert api.call("GET", "/v1/audit", query={"job": job}).status_code == 200
+    # A backfill's preview, a bulk operation's life, a queue paused and resumed.
+    span = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-03T00:00:00Z", "dryRun": True}
+    backfill = api.call("POST", "/v1/jobs/{name}:backfill", body=span, **name)
+    assert len(backfill.json()["fireTimes"]) == 2, backfill.text
+    bulk = {"action": "replay", "filter": {"job": job}}
+    operation = api.call("POST", "/v1/operations", body=bulk)
+    assert operation.status_code == 202, operation.text
+    made = {"operationId": operation.json()["id"]}
+    assert api.call("GET", "/v1/operations/{operationId}", **made).status_code == 200
+    assert api.call("POST", "/v1/operations/{operationId}:cancel", **made).status_code == 200
+    for verb in ("pause", "resume"):
+        assert api.call("POST", f"/v1/queues/{{queue}}:{verb}", queue=queue).status_code == 200
     assert api.call("DELETE", "/v1/jobs/{name}", **name).status_code == 200
     for path in ("/healthz", "/readyz", "/metrics"):
         assert api.call("GET", path).status_code == 200
@@ -374,7 +409,7 @@ async def test_generated_requests_keep_the_contract_on_both_paths(
         for path, methods in document["paths"].items()
         for method in methods
     }
-    assert len(operations) == 23  # every route of the contract, ops included
+    assert len(operations) == 32  # every route of the contract, ops included
     assert operations >= HOT_OPERATIONS and len(HOT_OPERATIONS) == 7
     server = HttpServer(routed_app(api_server.services), port=0)
     routed_url = await server.start()

@@ -495,8 +495,11 @@ async def test_retries_end_in_the_dlq_and_replay_and_discard_work(api_server: Ap
         assert replayed.json()["attempt"] == 0
         assert replayed.json()["finishedAt"] is None
         assert (await team.get("/v1/dlq")).json()["items"] == []
-        # Replaying a run that is not dead is refused.
-        assert_problem(await team.post(f"/v1/dlq/{run_id}:replay"), 409, "invalid-state")
+        # The same replay again (the answer was lost) answers the revived run; a discard
+        # of a run that is not dead is refused.
+        repeated = await team.post(f"/v1/dlq/{run_id}:replay")
+        assert repeated.status_code == 200, repeated.text
+        assert (repeated.json()["runId"], repeated.json()["state"]) == (run_id, "ready")
         assert_problem(await team.post(f"/v1/dlq/{run_id}:discard"), 409, "invalid-state")
 
     [third] = await lease(api_server)
@@ -512,6 +515,7 @@ async def test_retries_end_in_the_dlq_and_replay_and_discard_work(api_server: Ap
         assert discarded.status_code == 200
         assert discarded.json()["state"] == "discarded"
         assert (await team.get("/v1/dlq")).json()["items"] == []
+        assert (await team.post(f"/v1/dlq/{run_id}:discard")).json()["state"] == "discarded"
         assert_problem(await team.post(f"/v1/dlq/{run_id}:replay"), 409, "invalid-state")
         assert_problem(await team.post("/v1/dlq/r0-999999:replay"), 404, "not-found")
         history = (await team.get(f"/v1/runs/{run_id}")).json()

@@ -51,6 +51,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "authAudiences": ["tickwork", "https://kubernetes.default.svc"],
             "uiSecret": {"existingSecret": "ui"},
             "trustedProxies": ["10.0.0.0/8", "192.168.1.10"],
+            "queueRateLimits": ["reports=100/60", "mail=5/1"],
             "tls": {
                 "enabled": True,
                 "certManager": {"enabled": True, "dnsNames": ["tickwork.example.internal"]},

@@ -44,13 +44,24 @@ def invalid(field: str) -> dict[str, Any]:
         "spec.schedule.timeZone": {"schedule": {"cron": "0 2 * * *", "timeZone": "Mars/Olympus"}},
         "spec.payload": {"payload": {"blob": "x" * (300 * 1024)}},
         "spec.payload.password": {"payload": {"password": "hunter2-hunter2"}},
+        "spec.unique.forSeconds": {
+            "unique": {"states": ["scheduled", "ready", "retry_wait", "succeeded"]}
+        },
+        "spec.debounce.maxSeconds": {"debounce": {"seconds": 60, "maxSeconds": 30}},
     }
     return scheduled_job(field.replace(".", "-").lower(), **bodies[field])
 
 
 @pytest.mark.parametrize(
     "field",
-    ["spec.schedule.cron", "spec.schedule.timeZone", "spec.payload", "spec.payload.password"],
+    [
+        "spec.schedule.cron",
+        "spec.schedule.timeZone",
+        "spec.payload",
+        "spec.payload.password",
+        "spec.unique.forSeconds",
+        "spec.debounce.maxSeconds",
+    ],
 )
 async def test_the_webhook_refuses_what_cel_cannot_check_naming_the_field(
     cluster_kube: emulator.Emulator, operator_for: OperatorFactory, jobs: Jobs, field: str

@@ -124,6 +124,8 @@ async def test_an_api_server_applies_the_defaults_bounds_and_cel_rules(
         "jitter": ({"schedule": {"cron": "* * * * *", "jitterSeconds": 4000}}, "jitterSeconds"),
         "queue": ({"queue": "Billing"}, "spec.queue"),
         "runAt format": ({"runAt": "tomorrow"}, "spec.runAt"),
+        "pauseAfterFailures": ({"pauseAfterFailures": 0}, "spec.pauseAfterFailures"),
+        "pauseAfterFailures type": ({"pauseAfterFailures": "3"}, "spec.pauseAfterFailures"),
     }
     for label, (body, message) in refused.items():
         with pytest.raises(ApiError) as raised:

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bulk_seeding import seed_dead
 from conftest import ADMIN_TOKEN, TEAM_TOKEN
 
 from tickwork.core.clock import FrozenClock
 from tickwork.core.records import Outcome
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
 from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.store import operations as store
 
 from .conftest import UiServer, dead_run, enqueue, finish, lease_one, make_job
 
@@ -307,3 +309,41 @@ async def test_every_page_reads_at_desktop_and_phone_width(
                     await opened.screenshot(path=str(shot), full_page=True)
         finally:
             await context.close()
+
+
+async def test_replay_all_matching_follows_the_operation_live(
+    browser: Any, dashboard: UiServer, screenshots: Path | None
+) -> None:
+    died = datetime.now(UTC) - timedelta(hours=1)
+    shard = await seed_dead(dashboard.database, "acme", "export-a", 60, died, "Timeout to S3")
+    await seed_dead(dashboard.database, "acme", "report", 3, died, "boom")
+    context = await browser.new_context(viewport=DESKTOP)
+    opened = await context.new_page()
+    opened.set_default_timeout(WAIT_MS)
+
+    async def shot(name: str) -> None:
+        if screenshots is not None:
+            await opened.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)
+
+    try:
+        await sign_in(opened, dashboard, TEAM_TOKEN, "/ui/runs?job=export-*&errorContains=timeout")
+        await expect(opened.locator(".bulk-bar .count")).to_contain_text("60 dead runs match")
+        await shot("runs-desktop")
+        await opened.click("text=Replay all 60 matching")
+        await expect(opened.locator("h1")).to_have_text("Replay all 60 matching runs?")
+        await shot("bulk-confirm-desktop")
+        await opened.click("button:has-text('Replay all 60')")
+        await expect(opened.locator(".flash.ok")).to_contain_text("Replay of 60 runs started")
+        operation_id = opened.url.rsplit("/", 1)[1]
+        async with dashboard.database.connection(shard) as conn:
+            await store.work_batch(conn, operation_id, 25)
+        progress = opened.locator(".progress-line")
+        await expect(progress).to_contain_text("25 of 60 runs replayed · 41%")  # no reload
+        await shot("operation-running-desktop")
+        await dashboard.scheduler.pass_once()
+        await expect(progress).to_contain_text("60 of 60 runs replayed · 100%")
+        await expect(progress.locator(".badge")).to_have_text("done")
+        await expect(opened.locator("button", has_text="Stop")).to_have_count(0)
+        await shot("operation-done-desktop")
+    finally:
+        await context.close()

@@ -11,6 +11,7 @@ from tickwork.api.ui import sessions
 from tickwork.core.records import Manager
 from tickwork.core.spec import JobSpec
 from tickwork.engine import audit
+from tickwork.engine.queues import Queues
 
 from .conftest import UiServer, csrf_of, dead_run, enqueue, make_job, signed_in
 
@@ -418,3 +419,49 @@ async def test_the_audit_page_refreshes_in_place(dashboard: UiServer) -> None:
         live = await client.get("/ui/audit", headers={"X-Tickwork-Live": "1"})
     assert live.status_code == 200
     assert "nightly" in live.text and "<html" not in live.text
+
+
+async def test_a_pause_or_resume_from_a_stale_page_is_not_done(dashboard: UiServer) -> None:
+    """Someone resumed and paused the job again (for a reason this page never showed):
+    the Resume button of the page shown before does nothing, and says so."""
+    await make_job(dashboard, "acme", "nightly")
+    await dashboard.jobs.set_paused("acme", "nightly", True, "alice")
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        page = (await client.get("/ui/jobs/nightly")).text
+        [shown] = re.findall(r'name="etag" value="([^"]+)"', page)
+        assert shown == "&#34;g2&#34;"
+        await dashboard.jobs.set_paused("acme", "nightly", False, "bob")
+        await dashboard.jobs.set_paused("acme", "nightly", True, "bob")
+        form = {"csrf": csrf_of(page), "next": "/ui/jobs/nightly", "etag": '"g2"'}
+        stale = await client.post("/ui/jobs/nightly/resume", data=form)
+        assert stale.status_code == 303
+        after = (await client.get(stale.headers["location"])).text
+        assert "nightly changed since this page was shown: nothing done" in after
+        assert (await dashboard.jobs.get("acme", "nightly")).definition.paused
+        fresh = (await client.get("/ui/jobs/nightly")).text
+        [tag] = re.findall(r'name="etag" value="&#34;([^&]+)&#34;"', fresh)
+        form = {"csrf": csrf_of(fresh), "next": "/ui/jobs/nightly", "etag": f'"{tag}"'}
+        assert (await client.post("/ui/jobs/nightly/resume", data=form)).status_code == 303
+        assert not (await dashboard.jobs.get("acme", "nightly")).definition.paused
+
+
+async def test_the_overview_lists_the_queues_and_pauses_and_resumes_one(
+    dashboard: UiServer,
+) -> None:
+    await dashboard.jobs.put("acme", "invoice", JobSpec.model_validate({"queue": "billing"}), "t")
+    async with signed_in(dashboard, TEAM_TOKEN) as client:
+        page = (await client.get("/ui/")).text
+        assert "<code>billing</code>" in page and "serving" in page
+        form = {"csrf": csrf_of(page), "next": "/ui/"}
+        paused = await client.post("/ui/queues/billing/pause", data=form)
+        assert paused.status_code == 303
+        after = (await client.get(paused.headers["location"])).text
+        assert "Paused queue billing: its runs wait until it is resumed." in after
+        assert '<span class="badge warn">paused</span> <span class="quiet">by acme-team' in after
+        queues = Queues(dashboard.database, dashboard.services.engine.clock)
+        assert [q.paused for q in await queues.list("acme")] == [True]
+        bad = await client.post("/ui/queues/Not_A_Queue/pause", data=form)
+        assert "queue must be" in (await client.get(bad.headers["location"])).text
+        resumed = await client.post("/ui/queues/billing/resume", data=form)
+        assert "Resumed queue billing." in (await client.get(resumed.headers["location"])).text
+        assert [q.paused for q in await queues.list("acme")] == [False]

@@ -43,10 +43,17 @@ class Operation(enum.StrEnum):
     get_run = "runs.get"
     cancel_run = "runs.cancel"
     lease = "queues.lease"
+    list_queues = "queues.list"
+    pause_queue = "queues.pause"  # and resume
     report = "runs.report"  # heartbeat and complete, singly or in batches
     list_dead = "dlq.list"
     settle_dead = "dlq.settle"  # replay and discard
     list_audit = "audit.list"
+    # Bulk operations: replay, discard or cancel every run matching a filter.
+    create_operation = "operations.create"
+    list_operations = "operations.list"
+    get_operation = "operations.get"
+    cancel_operation = "operations.cancel"
     read_metrics = "metrics.read"
     read_openapi = "openapi.read"
     use_dashboard = "dashboard.use"  # sign in; each page then asks for what it shows
@@ -89,9 +96,15 @@ POLICY: Final[Mapping[Operation, Rule]] = {
     # Workers lease and report in their own tenant only (an admin: any).
     Operation.lease: Rule(_WORKER, "lease", "queues", named=True, tenants=False),
     Operation.report: Rule(_WORKER, "lease", "queues", named=True, tenants=False),
+    Operation.list_queues: Rule(_TEAM, "list", "queues"),
+    Operation.pause_queue: Rule(_TEAM, "update", "queues", named=True),
     Operation.list_dead: Rule(_TEAM, "list", "dlq"),
     Operation.settle_dead: Rule(_TEAM, "update", "dlq", named=True),
     Operation.list_audit: Rule(_TEAM, "list", "audit"),
+    Operation.create_operation: Rule(_TEAM, "create", "operations"),
+    Operation.list_operations: Rule(_TEAM, "list", "operations"),
+    Operation.get_operation: Rule(_TEAM, "get", "operations"),
+    Operation.cancel_operation: Rule(_TEAM, "update", "operations"),
     # Queue names and job names of every tenant: an admin's or a scraper's.
     Operation.read_metrics: Rule(
         frozenset({Role.admin, Role.metrics}), "get", path="/metrics", tenants=False

@@ -17,8 +17,10 @@ from tickwork.api import (
     edge,
     fast_path,
     jobs_routes,
+    operations_routes,
     ops_routes,
     problems,
+    queues_routes,
     render,
     request_metrics,
     worker_routes,
@@ -201,6 +203,8 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(worker_routes.router)
     app.include_router(jobs_routes.router)
     app.include_router(audit_routes.router)
+    app.include_router(operations_routes.router)
+    app.include_router(queues_routes.router)
     dashboard.install(app, services)
     # Outermost last: every answer counted, a client gone before its body was read
     # (not an error), the body deadline, then authentication (before any body is

@@ -16,7 +16,7 @@ import enum
 import hashlib
 import hmac
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
@@ -24,6 +24,7 @@ from typing import Final, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
@@ -213,6 +214,10 @@ class StaticTokens:
         if not known:
             del self.quota_overrides[entry.tenant]
 
+    @property
+    def count(self) -> int:
+        return len(self._by_digest)
+
     async def authenticate(self, token: str) -> Principal | None:
         digest = _digest(token)
         found = self._by_digest.get(digest)
@@ -260,6 +265,45 @@ async def authenticate_header(authenticator: Authenticator, header: str | None) 
     return principal
 
 
+def generation(authenticator: Authenticator) -> int:
+    """How many times ``authenticator``'s tokens were replaced while serving (a reloaded
+    tokens file): a long call compares it to decide whether to check its token again."""
+    return int(getattr(authenticator, "generation", 0))
+
+
+class Revocation:
+    """Whether the token of a long call (a lease long-poll) was removed while it waited:
+    a reloaded tokens file refuses it from the next call on, and ends the waits it
+    holds. ``or_gone(gone)`` is the dispatcher's "stop waiting" check with this one in
+    it; ``check()`` then answers 401 for a removed token (the runs it may have been given
+    meanwhile were handed back, as for a client that went away)."""
+
+    def __init__(self, authenticator: Authenticator, request: Request) -> None:
+        self._authenticator = authenticator
+        self._generation = generation(authenticator)
+        self._header = authorization_header(request.scope.get("headers") or ())
+        self.revoked = False
+
+    async def _revoked(self) -> bool:
+        now = generation(self._authenticator)
+        if self.revoked or now == self._generation or self._header is None:
+            return self.revoked
+        self._generation = now
+        _, _, token = self._header.partition(" ")
+        self.revoked = await self._authenticator.authenticate(token.strip()) is None
+        return self.revoked
+
+    def or_gone(self, gone: Callable[[], Awaitable[bool]]) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return await self._revoked() or await gone()
+
+        return check
+
+    def check(self) -> None:
+        if self.revoked:
+            raise Unauthenticated("the token was removed from the tokens file while it waited")
+
+
 class FirstMatch:
     """Several authenticators as one: the first that knows a token decides.
 
@@ -268,6 +312,10 @@ class FirstMatch:
 
     def __init__(self, authenticators: Sequence[Authenticator]) -> None:
         self._authenticators = tuple(authenticators)
+
+    @property
+    def generation(self) -> int:
+        return sum(generation(a) for a in self._authenticators)
 
     async def authenticate(self, token: str) -> Principal | None:
         for authenticator in self._authenticators:

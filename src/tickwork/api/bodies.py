@@ -291,8 +291,12 @@ def validated(model: type[_Model], value: Any, where: str = "") -> _Model:
         raise problem from None
 
 
-async def model(request: Request, model: type[_Model], *, required: bool) -> _Model | None:
-    """A team route's body as ``model``; None for an empty optional body."""
+async def model(
+    request: Request, model: type[_Model], *, required: bool, named: str | None = None
+) -> _Model | None:
+    """A team route's body as ``model``; None for an empty optional body. With ``named``
+    (the resource's name in the path), the body may say ``name`` too, if it says the
+    same: documents written for the whole resource carry it."""
     raw = await request.body()
     if not raw.strip():
         if required:
@@ -301,6 +305,14 @@ async def model(request: Request, model: type[_Model], *, required: bool) -> _Mo
     found = parse(raw, lenient=True)
     if not isinstance(found, dict):
         raise InvalidRequest("body must be a JSON object", field="body")
+    if named is not None and "name" in found:
+        given = found.pop("name")
+        if given != named:
+            raise InvalidRequest(
+                f"name in the body ({given!r}) must be the name in the path ({named!r}), "
+                "or be left out",
+                field="name",
+            )
     return validated(model, found)
 
 

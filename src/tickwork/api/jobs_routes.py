@@ -15,10 +15,11 @@ from tickwork.api import access, bodies, models, render, responses
 from tickwork.api.access import Operation
 from tickwork.api.auth import Principal
 from tickwork.api.services import Services, principal, services_dependency
-from tickwork.core import fields, limits
+from tickwork.core import fields, limits, preconditions
 from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
 from tickwork.core.records import State
 from tickwork.core.spec import JobSpec, check_name, encoded_payloads
+from tickwork.engine.backfill import Backfills
 from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 
 router = APIRouter(prefix="/v1")
@@ -63,6 +64,15 @@ _managed_errors: dict[int | str, dict[str, Any]] = {
         "model": models.Problem,
         "description": "managed-by-kubernetes: the job is defined by a ScheduledJob; "
         "edit that object instead",
+    },
+}
+# PUT, DELETE, :pause and :resume, with If-Match (or If-None-Match: * on PUT).
+_edit_errors: dict[int | str, dict[str, Any]] = {
+    **_managed_errors,
+    412: {
+        "model": models.Problem,
+        "description": "precondition-failed: the job changed since its ETag was read (If-Match), "
+        "or exists already (If-None-Match: *)",
     },
 }
 
@@ -120,14 +130,32 @@ def _cursor_problem(error: TickworkError | ValueError) -> InvalidRequest:
     return InvalidRequest(f"malformed cursor: {error}", field="cursor")
 
 
-async def _job_document(svc: Services, tenant: str, name: str) -> dict[str, Any]:
-    return render.job(await svc.jobs.get(tenant, name))
+async def _job_response(svc: Services, tenant: str, name: str, status: int = 200) -> Response:
+    """The Job, with its ``ETag``: an edit that sends it back as ``If-Match`` applies only
+    to the job as it was read."""
+    view = await svc.jobs.get(tenant, name)
+    answer = responses.json(render.job(view), status)
+    answer.headers["ETag"] = preconditions.etag(view.definition.generation)
+    return answer
+
+
+def _if_match_only(request: Request) -> preconditions.Precondition:
+    """A pause, a resume or a delete acts on a job that exists: If-None-Match means nothing."""
+    precondition = _precondition(request)
+    if precondition.none_match_any:
+        raise InvalidRequest("If-None-Match has no meaning here", field="If-None-Match")
+    return precondition
+
+
+def _precondition(request: Request) -> preconditions.Precondition:
+    headers = request.headers
+    return preconditions.Precondition.of(headers.get("if-match"), headers.get("if-none-match"))
 
 
 @router.put(
     "/jobs/{name}",
     summary="Create or replace a job",
-    responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_managed_errors},
+    responses={200: {"model": models.Job}, 201: {"model": models.Job}, **_edit_errors},
     openapi_extra=bodies.openapi(JobSpec, required=True),
 )
 async def put_job(
@@ -142,10 +170,11 @@ async def put_job(
         check_name(name)
     except ValueError as error:
         raise InvalidRequest(str(error), field="name") from error
-    spec = await bodies.model(request, JobSpec, required=True)
+    precondition = _precondition(request)
+    spec = await bodies.model(request, JobSpec, required=True, named=name)
     assert spec is not None
-    stored = await svc.jobs.put(owner, name, spec, caller.subject)
-    return responses.json(await _job_document(svc, owner, name), 201 if stored.created else 200)
+    stored = await svc.jobs.put(owner, name, spec, caller.subject, precondition=precondition)
+    return await _job_response(svc, owner, name, 201 if stored.created else 200)
 
 
 @router.get(
@@ -155,19 +184,22 @@ async def put_job(
 )
 async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
     owner = await access.tenant(caller, Operation.get_job, tenant, name)
-    return responses.json(await _job_document(svc, owner, _job_name(name)))
+    return await _job_response(svc, owner, _job_name(name))
 
 
 @router.delete(
     "/jobs/{name}",
     summary="Delete a job: cancel its pending runs, keep history",
-    responses={200: {"model": models.DeletedJob}, **_managed_errors},
+    responses={200: {"model": models.DeletedJob}, **_edit_errors},
 )
 async def delete_job(
-    name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
+    name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
     owner = await access.tenant(caller, Operation.delete_job, tenant, name)
-    cancelled, requested = await svc.jobs.delete(owner, _job_name(name), caller.subject)
+    precondition = _if_match_only(request)
+    cancelled, requested = await svc.jobs.delete(
+        owner, _job_name(name), caller.subject, precondition=precondition
+    )
     return responses.json(
         {
             "name": name,
@@ -202,27 +234,60 @@ async def list_jobs(
 @router.post(
     "/jobs/{name}:pause",
     summary="Pause a job (idempotent)",
-    responses={200: {"model": models.Job}, **_managed_errors},
+    responses={200: {"model": models.Job}, **_edit_errors},
 )
 async def pause_job(
-    name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
+    name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
     owner = await access.tenant(caller, Operation.pause_job, tenant, name)
-    await svc.jobs.set_paused(owner, _job_name(name), True, caller.subject)
-    return responses.json(await _job_document(svc, owner, name))
+    precondition = _if_match_only(request)
+    await svc.jobs.set_paused(
+        owner, _job_name(name), True, caller.subject, precondition=precondition
+    )
+    return await _job_response(svc, owner, name)
 
 
 @router.post(
     "/jobs/{name}:resume",
     summary="Resume a job (idempotent)",
-    responses={200: {"model": models.Job}, **_managed_errors},
+    responses={200: {"model": models.Job}, **_edit_errors},
 )
 async def resume_job(
-    name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None
+    name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
     owner = await access.tenant(caller, Operation.pause_job, tenant, name)
-    await svc.jobs.set_paused(owner, _job_name(name), False, caller.subject)
-    return responses.json(await _job_document(svc, owner, name))
+    precondition = _if_match_only(request)
+    await svc.jobs.set_paused(
+        owner, _job_name(name), False, caller.subject, precondition=precondition
+    )
+    return await _job_response(svc, owner, name)
+
+
+@router.post(
+    "/jobs/{name}:backfill",
+    summary="Make the runs the job's schedule would have made in a past range",
+    responses={200: {"model": models.Backfilled}, **_errors},
+    openapi_extra=bodies.openapi(models.BackfillRequest, required=True),
+)
+async def backfill_job(
+    name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
+) -> Response:
+    owner = await access.tenant(caller, Operation.enqueue, tenant, name)
+    body = await bodies.model(request, models.BackfillRequest, required=True)
+    assert body is not None
+    made = await Backfills(svc.engine.database, svc.engine.clock).backfill(
+        owner, _job_name(name), body.from_, body.to, caller.subject, dry_run=body.dry_run
+    )
+    return responses.json(
+        {
+            "job": name,
+            "dryRun": body.dry_run,
+            "fireTimes": list(made.fire_times),
+            "created": made.created,
+            "existing": made.existing,
+            "nextFrom": made.next_from,
+        }
+    )
 
 
 IdempotencyKey = Annotated[
@@ -241,8 +306,12 @@ IdempotencyKey = Annotated[
     "/jobs/{name}/runs",
     summary="Enqueue a run now, at runAt, or after delaySeconds",
     responses={
-        200: {"model": models.Run, "description": "An earlier run with this Idempotency-Key"},
-        201: {"model": models.Run, "description": "A new run"},
+        200: {
+            "model": models.EnqueuedRun,
+            "description": "An earlier run with this Idempotency-Key, or the run the job's "
+            "unique (deduplicated) or debounce (debounced) rule answered with",
+        },
+        201: {"model": models.EnqueuedRun, "description": "A new run"},
         409: {"model": models.Problem, "description": "concurrency-limit"},
         413: {"model": models.Problem, "description": "payload-too-large"},
         422: {"model": models.Problem, "description": "idempotency-key-reused"},
@@ -305,8 +374,10 @@ async def enqueue_batch(
     if plain is not None:
         await _admit(svc, owner, len(plain))
         ready = await svc.jobs.enqueue_ready(owner, name, plain, caller.subject)
-        svc.metrics.enqueued.inc(len(ready.ids))
-        return responses.json_text(render.ready_runs(ready))
+        if ready is not None:
+            svc.metrics.enqueued.inc(len(ready.ids))
+            return responses.json_text(render.ready_runs(ready))
+        # A job with a unique or debounce rule: each item is answered on its own below.
     bodies.check_depth(raw, document)
     if not isinstance(document, dict):
         raise InvalidRequest('body must be {"runs": [...]}', field="body")
@@ -349,9 +420,10 @@ async def enqueue_batch(
                 payload_given="payload" in item.model_fields_set,
                 idempotency_key=item.idempotency_key,
                 key_field=f"runs[{index}].idempotencyKey",
+                where=f"runs[{index}]",
             )
         )
-    if requests:
+    if requests and plain is None:  # a plain batch was admitted above
         await _admit(svc, owner, len(requests))
     enqueued = iter(
         await svc.jobs.enqueue_many(owner, name, requests, caller.subject) if requests else []

@@ -126,11 +126,30 @@ class LastRun(Model):
     finished_at: datetime | None
 
 
+class PausedReason(Model):
+    consecutive_dead_runs: int = Field(
+        description="Consecutive dead runs when the job was paused (pauseAfterFailures)."
+    )
+    last_run_id: str = Field(description="The dead run that paused the job.")
+    last_error: JsonValue = Field(description="That run's error.")
+    paused_at: datetime
+    message: str = Field(description="The same, in one line for people.")
+
+
 class Job(Model):
     name: str
     tenant: str
     spec: JobSpec
     paused: bool
+    paused_reason: PausedReason | None = Field(
+        description="Set while tickwork keeps the job paused after pauseAfterFailures "
+        "consecutive dead runs (spec.paused may still say false): :resume, or a change "
+        "of the spec, ends it. null otherwise."
+    )
+    consecutive_dead_runs: int = Field(
+        description="Runs of the job that went dead since its last succeeded run (or "
+        "its last resume): what pauseAfterFailures counts."
+    )
     next_run_at: datetime | None
     last_run: LastRun | None
     active_runs: int
@@ -146,7 +165,8 @@ class Job(Model):
     managed_by: Literal["kubernetes", "manifests"] | None = Field(
         description="Where the job is declared when not through this API: a ScheduledJob "
         "object (kubernetes) or a manifest file of tickwork dev (manifests). PUT, DELETE, "
-        ":pause and :resume of such a job answer 409 managed-by-kubernetes."
+        ":pause and :resume of such a job answer 409 managed-by-kubernetes (except "
+        ":resume of a job tickwork paused, see pausedReason)."
     )
     created_at: datetime
     updated_at: datetime
@@ -164,13 +184,62 @@ class JobPage(Model):
     next_cursor: str | None
 
 
+class BackfillRequest(Model):
+    """The fire times of the job's schedule in `[from, to)` become runs, due then and
+    ready now (at most 1 000 a call: `nextFrom` says where the next call starts)."""
+
+    from_: Instant = Field(alias="from", description="The range's start (inclusive).")
+    to: Instant = Field(description="The range's end (exclusive); not after now.")
+    dry_run: StrictBool = Field(
+        default=False, description="true: list the fire times, make nothing."
+    )
+
+    @field_validator("from_", "to")
+    @classmethod
+    def _instant(cls, value: datetime) -> datetime:
+        checked = spec.check_instant(value)
+        assert checked is not None
+        return checked
+
+
+class Backfilled(Model):
+    job: str
+    dry_run: bool
+    fire_times: list[datetime] = Field(
+        description="The schedule's fire times in the range (this call's part)."
+    )
+    created: int = Field(description="Runs made now (0 for a dry run).")
+    existing: int = Field(description="Fire times that had a run already: nothing made.")
+    next_from: datetime | None = Field(
+        description="Where the next call starts (`from`), when the range held more fire "
+        "times than one call makes; null: done."
+    )
+
+
+class QueueState(Model):
+    queue: str
+    jobs: int = Field(description="The tenant's jobs that name the queue.")
+    paused: bool
+    paused_at: datetime | None = Field(description="When the queue was paused (null: it is not).")
+    paused_by: str | None = Field(description="Who paused it (null: it is not paused).")
+
+
+class QueuePage(Model):
+    items: list[QueueState]
+    next_cursor: None = Field(description="Always null: every queue of the tenant is listed.")
+
+
+AttemptOutcome = Literal["succeeded", "failed", "lease-expired", "cancelled", "snoozed"]
+
+
 class Attempt(Model):
     attempt: int
     worker_id: str | None
     leased_at: datetime
     finished_at: datetime | None
-    outcome: Literal["succeeded", "failed", "lease-expired", "cancelled"] | None = Field(
-        description="null while the attempt is in flight."
+    outcome: AttemptOutcome | None = Field(
+        description="null while the attempt is in flight. snoozed: the worker snoozed "
+        "the run; the next lease carries the same attempt number."
     )
     error: JsonValue
 
@@ -196,6 +265,24 @@ class Run(Model):
 
 class RunWithAttempts(Run):
     attempts: list[Attempt]
+
+
+class EnqueuedRun(Run):
+    """The answer to an enqueue: the run, and whether the job's rule answered with a run
+    it already had (the fields are left out otherwise)."""
+
+    deduplicated: Literal[True] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="true: the job's `unique` rule answered with the run that holds the "
+        "enqueue's key (200); no run was made.",
+        json_schema_extra=_never_null,
+    )
+    debounced: Literal[True] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="true: the job's `debounce` rule gave this run, not started yet, the "
+        "enqueue's payload and moved its start (200); no run was made.",
+        json_schema_extra=_never_null,
+    )
 
 
 class RunPage(Model):
@@ -292,7 +379,7 @@ class ItemProblem(Model):
 
 
 class BatchEnqueueResponse(Model):
-    items: list[Run | ItemProblem] = Field(
+    items: list[EnqueuedRun | ItemProblem] = Field(
         description='In request order: a Run, or {"problem": Problem}.'
     )
 
@@ -367,8 +454,20 @@ class ErrorReport(Model):
 
 class CompleteRequest(Model):
     fencing_token: StrictInt = Field(gt=0, lt=2**63)
-    outcome: Literal["succeeded", "failed"]
+    outcome: Literal["succeeded", "failed", "snoozed"] = Field(
+        description="snoozed: the run waits delaySeconds and is leased again, its attempt "
+        f"not used and no DLQ entry (at most {limits.MAX_SNOOZES} snoozes a run; past "
+        "them a snooze counts as a failed attempt, error reason snooze-limit)."
+    )
     error: ErrorReport | None = None
+    delay_seconds: (
+        Annotated[StrictFloat, Field(ge=0, le=limits.MAX_SNOOZE_SECONDS)] | SkipJsonSchema[None]
+    ) = Field(
+        default=None,
+        description="With outcome snoozed (and only then, where it is required): seconds "
+        "before the run is ready again.",
+        json_schema_extra=_never_null,
+    )
 
 
 class CompleteResponse(Model):

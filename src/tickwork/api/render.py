@@ -11,11 +11,13 @@ from typing import Any, Final
 
 import orjson
 
+from tickwork.core import shards
 from tickwork.core.errors import TickworkError
 from tickwork.core.records import (
     Attempt,
     AuditEntry,
     Completed,
+    Definition,
     Extended,
     Lease,
     ReadyRuns,
@@ -66,7 +68,17 @@ def run(item: Run) -> dict[str, Any]:
         "cancelRequested": item.cancel_requested,
         "createdAt": item.created_at,
         "finishedAt": item.finished_at,
+        **_answered_by(item),
     }
+
+
+def _answered_by(item: Run) -> dict[str, bool]:
+    """What an enqueue answered with an existing run says of it (nothing otherwise)."""
+    if item.answered_by == "unique":
+        return {"deduplicated": True}
+    if item.answered_by == "debounce":
+        return {"debounced": True}
+    return {}
 
 
 def ready_runs(batch: ReadyRuns) -> bytes:
@@ -134,6 +146,8 @@ def job(view: JobView) -> dict[str, Any]:
         "tenant": definition.tenant,
         "spec": definition.spec.to_document(),
         "paused": definition.paused,
+        "pausedReason": paused_reason(definition),
+        "consecutiveDeadRuns": definition.consecutive_dead,
         "nextRunAt": _earliest(summary.next_scheduled, definition.next_due_at),
         "lastRun": None
         if last is None
@@ -151,6 +165,20 @@ def job(view: JobView) -> dict[str, Any]:
         "managedBy": None if definition.managed_by is None else definition.managed_by.value,
         "createdAt": definition.created_at,
         "updatedAt": definition.updated_at,
+    }
+
+
+def paused_reason(definition: Definition) -> dict[str, Any] | None:
+    """Why tickwork keeps the job paused (pauseAfterFailures); None when it does not."""
+    reason = definition.paused_reason
+    if not definition.paused or reason is None:
+        return None
+    return {
+        "consecutiveDeadRuns": reason.consecutive_dead,
+        "lastRunId": shards.format_run_id(definition.shard, reason.run_id),
+        "lastError": reason.error,
+        "pausedAt": reason.at,
+        "message": reason.message(definition.shard),
     }
 
 

@@ -18,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import access, bodies, edge, models, render, responses
+from tickwork.api import access, auth, bodies, edge, models, render, responses
 from tickwork.api.services import Services, caller, services
 from tickwork.core import fields, limits
 from tickwork.core.errors import InvalidRequest, TickworkError
@@ -108,7 +108,8 @@ def _check_keys(document: dict[str, Any], allowed: frozenset[str], where: str = 
 
 _LEASE_KEYS: Final = frozenset({"queues", "max", "waitSeconds", "leaseSeconds", "workerId"})
 _BEAT_KEYS: Final = frozenset({"fencingToken", "extendSeconds"})
-_COMPLETE_KEYS: Final = frozenset({"fencingToken", "outcome", "error"})
+_COMPLETE_KEYS: Final = frozenset({"fencingToken", "outcome", "error", "delaySeconds"})
+_OUTCOMES: Final = {outcome.value: outcome for outcome in Outcome}
 
 
 def _items(document: dict[str, Any], limit: int) -> list[dict[str, Any]]:
@@ -141,10 +142,17 @@ def _beat(document: dict[str, Any], run_id: str, where: str = "") -> HeartbeatIt
 def _completion(document: dict[str, Any], run_id: str, where: str = "") -> CompleteItem:
     _check_keys(document, _COMPLETE_KEYS | ({"runId"} if where else frozenset()), where)
     token = _token(document, where)
-    outcome = document.get("outcome")
-    if outcome not in ("succeeded", "failed"):
+    outcome = _OUTCOMES.get(document.get("outcome"))  # type: ignore[arg-type]
+    if outcome is None:
         raise InvalidRequest(
-            f"{where}outcome must be 'succeeded' or 'failed'", field=where + "outcome"
+            f"{where}outcome must be 'succeeded', 'failed' or 'snoozed'", field=where + "outcome"
+        )
+    delay = 0.0
+    if outcome is Outcome.snoozed:
+        delay = _number(document, "delaySeconds", None, 0, limits.MAX_SNOOZE_SECONDS, where)
+    elif "delaySeconds" in document:
+        raise InvalidRequest(
+            f"{where}delaySeconds is for outcome 'snoozed' only", field=where + "delaySeconds"
         )
     error = document.get("error")
     retryable = True
@@ -167,7 +175,7 @@ def _completion(document: dict[str, Any], run_id: str, where: str = "") -> Compl
                 f"{where}error is larger than {limits.MAX_ERROR_BYTES} bytes",
                 field=where + "error",
             )
-    return CompleteItem(run_id, token, Outcome(outcome), error, retryable)
+    return CompleteItem(run_id, token, outcome, error, retryable, delay)
 
 
 def _count_refusal(svc: Services, error: TickworkError) -> None:
@@ -254,6 +262,7 @@ async def lease(request: Request) -> Response:
             "without NUL",
             field="workerId",
         )
+    revoked = auth.Revocation(svc.authenticator, request)
     granted = await svc.dispatcher.lease(
         queues,
         limit=limit,
@@ -262,8 +271,9 @@ async def lease(request: Request) -> Response:
         tenant=tenant,
         wait_seconds=wait,
         recheck_seconds=svc.settings.long_poll_recheck_seconds,
-        gone=edge.client_gone(request),
+        gone=revoked.or_gone(edge.client_gone(request)),
     )
+    revoked.check()
     _count_leases(svc, granted)
     return responses.json({"leases": [render.lease(item) for item in granted]})
 
@@ -274,8 +284,14 @@ def _single(result: Extended | Completed | TickworkError, svc: Services) -> Resp
         raise result
     if isinstance(result, Extended):
         return responses.json(render.extended(result))
-    svc.metrics.completions.labels(result.state.value).inc()
+    svc.metrics.completions.labels(_completion_label(result)).inc()
     return responses.json(render.completed(result))
+
+
+def _completion_label(result: Completed) -> str:
+    """The ``state`` label of ``tickwork_completions``: a snooze is told apart from a
+    retry, though both leave the run in retry_wait."""
+    return "snoozed" if result.snoozed else result.state.value
 
 
 @router.post(
@@ -318,7 +334,7 @@ def _batch_results(
         elif isinstance(result, Extended):
             rendered.append({"runId": run_id, **render.extended(result)})
         else:
-            states[result.state.value] += 1
+            states[_completion_label(result)] += 1
             rendered.append({"runId": run_id, **render.completed(result)})
     for state, n in states.items():
         svc.metrics.completions.labels(state).inc(n)

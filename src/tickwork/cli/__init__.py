@@ -16,7 +16,7 @@ from typing import Final
 import click
 
 from tickwork import __version__
-from tickwork.cli import client, importing, schedule
+from tickwork.cli import client, importing, operations, schedule
 
 # Server roles: "name": ("module", "attribute", "extras they need", "one-line help").
 _ROLES: Final = {
@@ -94,7 +94,11 @@ cli.add_command(schedule.schedule)
 cli.add_command(client.jobs)
 cli.add_command(client.runs)
 cli.add_command(client.dlq)
+cli.add_command(client.queues)
+cli.add_command(client.backfill)
 cli.add_command(client.audit)
+cli.add_command(operations.bulk)
+cli.add_command(operations.operations)
 cli.add_command(importing.import_)
 
 

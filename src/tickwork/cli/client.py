@@ -1,7 +1,8 @@
 """``tickwork jobs | runs | dlq | audit``: a client of the HTTP API for people.
 
 Tables by default, the API's JSON with ``--json``. The server and token come from
-``--url``/``--token`` or ``TICKWORK_URL``/``TICKWORK_TOKEN``.
+``--url`` and ``--token`` or ``--token-file`` (``TICKWORK_URL``, ``TICKWORK_TOKEN``,
+``TICKWORK_TOKEN_FILE``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,21 @@ class Client:
         tenant: str | None = None,
     ) -> Any:
         """One API call; ``tenant`` (or ``--tenant``) acts for that tenant."""
+        return self.request(
+            method, path, body=body, params=params, headers=headers, tenant=tenant
+        ).json()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        tenant: str | None = None,
+    ) -> httpx.Response:
+        """``call``, answering the response itself (its headers: the ETag)."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
         if tenant or self.tenant:
             query["tenant"] = tenant or self.tenant
@@ -76,7 +92,7 @@ class Client:
             raise click.ClickException(f"cannot reach {self.url}: {error}") from error
         if response.status_code >= 400:
             raise ApiRefusal.of(response)
-        return response.json()
+        return response
 
     def show(self, document: Any, columns: Sequence[Column] | None = None) -> None:
         if self.as_json:
@@ -135,12 +151,42 @@ _CONNECTION_OPTIONS = (
         show_default=True,
         help="API URL. [env TICKWORK_URL]",
     ),
+    click.option("--token", envvar="TICKWORK_TOKEN", help="API token. [env TICKWORK_TOKEN]"),
     click.option(
-        "--token", envvar="TICKWORK_TOKEN", required=True, help="API token. [env TICKWORK_TOKEN]"
+        "--token-file",
+        envvar="TICKWORK_TOKEN_FILE",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A file holding the API token, read at each command (a projected "
+        "ServiceAccount token, a mounted Secret), instead of --token. "
+        "[env TICKWORK_TOKEN_FILE]",
     ),
     click.option("--tenant", default=None, help="Admin tokens: act for this tenant."),
     click.option("--json", "as_json", is_flag=True, help="Print the API's JSON."),
 )
+
+
+def _token(token: str | None, token_file: Path | None) -> str:
+    """The token to send: ``--token``'s, or the file's as it is now (whoever rotates it
+    writes it there). One of them, as the SDK's ``from_env`` takes one."""
+    if token and token_file is not None:
+        raise click.UsageError(
+            "give one of --token (TICKWORK_TOKEN) and --token-file (TICKWORK_TOKEN_FILE), not both"
+        )
+    if token_file is not None:
+        try:
+            found = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise click.BadParameter(
+                f"cannot read {token_file}: {error}", param_hint="'--token-file'"
+            ) from error
+        if not found:
+            raise click.BadParameter(f"{token_file} is empty", param_hint="'--token-file'")
+        return found
+    if not token:
+        raise click.UsageError(
+            "give --token (or set TICKWORK_TOKEN), or --token-file (or TICKWORK_TOKEN_FILE)"
+        )
+    return token
 
 
 def with_client(function: Callable[..., None]) -> Callable[..., None]:
@@ -149,9 +195,15 @@ def with_client(function: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(function)
     def command(
-        *args: Any, url: str, token: str, tenant: str | None, as_json: bool, **kwargs: Any
+        *args: Any,
+        url: str,
+        token: str | None,
+        token_file: Path | None,
+        tenant: str | None,
+        as_json: bool,
+        **kwargs: Any,
     ) -> None:
-        function(Client(url, token, tenant, as_json), *args, **kwargs)
+        function(Client(url, _token(token, token_file), tenant, as_json), *args, **kwargs)
 
     decorated: Any = command
     for option in reversed(_CONNECTION_OPTIONS):
@@ -217,10 +269,83 @@ def jobs_list(client: Client, cursor: str | None, limit: int | None) -> None:
 
 @jobs.command("get")
 @click.argument("name")
+@click.option(
+    "--yaml",
+    "as_manifest",
+    is_flag=True,
+    help="Print the job as a ScheduledJob manifest, for `jobs apply -f` (or `jobs edit`): "
+    "its metadata.resourceVersion makes the apply refuse to overwrite a change made since.",
+)
 @with_client
-def jobs_get(client: Client, name: str) -> None:
+def jobs_get(client: Client, name: str, as_manifest: bool) -> None:
     """One job with its status."""
-    client.show(client.call("GET", f"/v1/jobs/{name}"))
+    if not as_manifest:
+        client.show(client.call("GET", f"/v1/jobs/{name}"))
+        return
+    click.echo(_manifest(client.request("GET", f"/v1/jobs/{name}")), nl=False)
+
+
+# tickwork's entity-tags, as jobs get --yaml writes them in metadata.resourceVersion (a
+# manifest read from Kubernetes carries the API server's own: not ours to send).
+_OUR_VERSION = re.compile(r"^g[0-9]+$")
+
+
+def _manifest(response: httpx.Response) -> str:
+    job = response.json()
+    metadata: dict[str, Any] = {"name": job["name"], "namespace": job["tenant"]}
+    etag = response.headers.get("etag", "")
+    if etag.startswith('"') and etag.endswith('"'):
+        metadata["resourceVersion"] = etag[1:-1]
+    document = {
+        "apiVersion": "tickwork.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": metadata,
+        "spec": job["spec"],
+    }
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def _if_match(metadata: Any) -> dict[str, str]:
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    if isinstance(version, str) and _OUR_VERSION.match(version):
+        return {"If-Match": f'"{version}"'}
+    return {}
+
+
+@jobs.command("edit")
+@click.argument("name")
+@with_client
+def jobs_edit(client: Client, name: str) -> None:
+    """Edit a job in $EDITOR (as a ScheduledJob manifest) and apply it, unless someone
+    changed it meanwhile: then nothing is written and the command says so."""
+    read = _manifest(client.request("GET", f"/v1/jobs/{name}"))
+    edited = click.edit(read, extension=".yaml")
+    if edited is None or edited == read:
+        click.echo(f"{name}: not changed")
+        return
+    try:
+        document = yaml.safe_load(edited)
+    except yaml.YAMLError as error:
+        raise click.ClickException(f"the edited job is not YAML: {error}") from error
+    if not isinstance(document, dict) or not isinstance(document.get("spec"), dict):
+        raise click.ClickException("the edited job must keep its spec: nothing applied")
+    metadata = document.get("metadata") or {}
+    try:
+        job = client.call(
+            "PUT",
+            f"/v1/jobs/{name}",
+            body=document["spec"],
+            headers=_if_match(metadata),
+            tenant=metadata.get("namespace"),
+        )
+    except ApiRefusal as refusal:
+        if refusal.status == 412:
+            raise click.ClickException(
+                f"{name} changed while you edited it: nothing applied; run "
+                f"`tickwork jobs edit {name}` again ({refusal.detail})"
+            ) from refusal
+        raise
+    client.show(job, JOB_COLUMNS)
 
 
 @jobs.command("apply")
@@ -246,7 +371,9 @@ def jobs_apply(client: Client, path: Path, name: str | None) -> None:
         raise click.ClickException(f"{path}: {error}") from error
     for document in documents:
         namespace = None
-        if isinstance(document, dict) and document.get("kind") == "ScheduledJob":
+        metadata: dict[str, Any] = {}
+        kind = isinstance(document, dict) and document.get("kind") == "ScheduledJob"
+        if kind:
             metadata = document.get("metadata") or {}
             job_name, namespace = metadata.get("name"), metadata.get("namespace")
             spec = document.get("spec") or {}
@@ -260,9 +387,19 @@ def jobs_apply(client: Client, path: Path, name: str | None) -> None:
             raise click.UsageError(
                 f"{path}: {job_name} is in namespace {namespace!r}, not --tenant {client.tenant!r}"
             )
+        precondition = _if_match(metadata)
         try:
-            job = client.call("PUT", f"/v1/jobs/{job_name}", body=spec, tenant=namespace)
+            job = client.call(
+                "PUT", f"/v1/jobs/{job_name}", body=spec, headers=precondition, tenant=namespace
+            )
         except ApiRefusal as refusal:
+            if refusal.status == 412:
+                raise click.ClickException(
+                    f"{path}: {job_name} changed since this file was read (its "
+                    f"metadata.resourceVersion): nothing applied; read it again with "
+                    f"`tickwork jobs get {job_name} --yaml` and redo the change "
+                    f"({refusal.detail})"
+                ) from refusal
             if namespace and refusal.status == 403 and refusal.field == "tenant":
                 raise click.ClickException(
                     f"{path}: {job_name} is in namespace {namespace!r}, and this token may not "
@@ -445,3 +582,103 @@ def audit(client: Client, job: str | None, cursor: str | None, limit: int | None
         client.call("GET", "/v1/audit", params={"job": job, "cursor": cursor, "limit": limit}),
         AUDIT_COLUMNS,
     )
+
+
+QUEUE_COLUMNS: tuple[Column, ...] = (
+    ("QUEUE", "queue"),
+    ("JOBS", "jobs"),
+    ("PAUSED", "paused"),
+    ("SINCE", "pausedAt"),
+    ("BY", "pausedBy"),
+)
+
+
+@click.group()
+def queues() -> None:
+    """A tenant's queues: pause one while what its runs call recovers."""
+
+
+@queues.command("list")
+@with_client
+def queues_list(client: Client) -> None:
+    """The queues the tenant's jobs name, and those paused."""
+    client.show(client.call("GET", "/v1/queues"), QUEUE_COLUMNS)
+
+
+@queues.command("pause")
+@click.argument("queue")
+@with_client
+def queues_pause(client: Client, queue: str) -> None:
+    """Pause a queue: enqueues go on, no run is leased until it is resumed."""
+    client.show(client.call("POST", f"/v1/queues/{queue}:pause"), QUEUE_COLUMNS)
+
+
+@queues.command("resume")
+@click.argument("queue")
+@with_client
+def queues_resume(client: Client, queue: str) -> None:
+    """Resume a paused queue: its waiting runs are leased again."""
+    client.show(client.call("POST", f"/v1/queues/{queue}:resume"), QUEUE_COLUMNS)
+
+
+@click.command()
+@click.argument("job")
+@click.option(
+    "--from",
+    "start",
+    required=True,
+    help="The range's start (inclusive), RFC 3339 with an offset: 2026-03-14T00:00:00Z.",
+)
+@click.option(
+    "--to",
+    "end",
+    required=True,
+    help="The range's end (exclusive), not after now.",
+)
+@click.option("--dry-run", is_flag=True, help="List the fire times; make nothing.")
+@with_client
+def backfill(client: Client, job: str, start: str, end: str, dry_run: bool) -> None:
+    """Make the runs JOB's schedule would have made from --from to --to.
+
+    Each fire time becomes a run due then and ready now, keyed as the scheduler keys it:
+    a fire time that has a run already makes nothing, so running it twice (or over an
+    overlapping range) is safe. A long range is made 1 000 fire times a call."""
+    created = existing = 0
+    times: list[str] = []
+    cursor: str | None = start
+    while cursor is not None:
+        answer = client.call(
+            "POST",
+            f"/v1/jobs/{job}:backfill",
+            body={"from": cursor, "to": end, "dryRun": dry_run},
+        )
+        times += answer["fireTimes"]
+        created += answer["created"]
+        existing += answer["existing"]
+        cursor = answer["nextFrom"]
+        if not dry_run and cursor is not None:
+            click.echo(f"{len(times)} fire times so far (up to {cursor}) ...", err=True)
+    if client.as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "job": job,
+                    "dryRun": dry_run,
+                    "fireTimes": times,
+                    "created": created,
+                    "existing": existing,
+                },
+                indent=2,
+            )
+        )
+        return
+    if dry_run:
+        for instant in times:
+            click.echo(_cell(instant))
+        click.echo(
+            f"{len(times)} fire time(s); {existing} have a run already, "
+            f"{len(times) - existing} would be made",
+            err=True,
+        )
+        return
+    click.echo(f"{job}: {created} run(s) made, {existing} fire time(s) had one already")

@@ -24,6 +24,7 @@ from tickwork.api.auth import (
     TokenEntry,
     generate_token,
 )
+from tickwork.api.tokens_file import TokensFile
 from tickwork.cli import options, runtime
 from tickwork.cli.demo import DemoWorker
 from tickwork.coordination import choice
@@ -105,7 +106,7 @@ def _dev(listener: socket.socket, settings: DevSettings) -> None:
     kept = _read_token(kept_file)
     if settings.tokens_file is not None:
         try:
-            tokens = StaticTokens.from_file(settings.tokens_file)
+            tokens = TokensFile(settings.tokens_file)
         except ValueError as error:
             raise click.ClickException(str(error)) from error
     else:
@@ -156,8 +157,14 @@ async def _run(run: _Run) -> None:
     try:
         await installation.migrate(run.shard_map)
         api = options.with_quotas_of(settings.api, run.tokens)
+        metrics = Metrics()
         async with (
-            installation.opened(run.shard_map, priority_weights=api.priority_weights) as engine,
+            installation.opened(
+                run.shard_map,
+                priority_weights=api.priority_weights,
+                queue_rates=api.queue_rates(),
+                queue_held_back=lambda queue: metrics.queue_rate_limited.labels(queue).inc(),
+            ) as engine,
             choice.coordinator(engine.database, kind="postgres") as coordinator,
         ):
             jobs = engine.jobs
@@ -175,7 +182,6 @@ async def _run(run: _Run) -> None:
                 authenticator = FirstMatch([run.tokens, demo_tokens])
             else:
                 demos = []
-            metrics = Metrics()
             services = runtime.api_services(engine, authenticator, metrics, api)
             http = http_server.HttpServer(create_app(services), HOST, sock=run.listener)
             url = await http.start()
@@ -192,8 +198,10 @@ async def _run(run: _Run) -> None:
                     for tenant, name in sorted(sync.known):
                         await jobs.enqueue(tenant, name, EnqueueRequest(), "dev-demo")
                     click.echo(f"enqueued one run of each of the {len(sync.known)} jobs")
+            reloaded = run.tokens if isinstance(run.tokens, TokensFile) else None
             try:
-                await runtime.run_until_stopped(stop, *loops)
+                async with runtime.reloading(reloaded, engine, metrics):
+                    await runtime.run_until_stopped(stop, *loops)
             finally:
                 click.echo("stopping ...")
                 await http.stop()

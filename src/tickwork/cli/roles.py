@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from tickwork.api.app import create_app
-from tickwork.api.auth import StaticTokens
 from tickwork.api.server import BadCertificate, HttpServer, check_tls
+from tickwork.api.tokens_file import TokensFile
 from tickwork.cli import options, runtime
 from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
@@ -129,9 +129,7 @@ def dispatcher(**given: Any) -> None:
     shard_map = options.shard_map_of(settings.database)
     method = options.auth_method(settings)
     try:
-        tokens = (
-            None if settings.tokens_file is None else StaticTokens.from_file(settings.tokens_file)
-        )
+        tokens = None if settings.tokens_file is None else TokensFile(settings.tokens_file)
     except ValueError as error:
         raise click.ClickException(str(error)) from error
     api = options.with_quotas_of(settings.api, tokens)
@@ -149,9 +147,14 @@ def dispatcher(**given: Any) -> None:
         try:
             async with (
                 installation.opened(
-                    shard_map, settings.database.pool, priority_weights=api.priority_weights
+                    shard_map,
+                    settings.database.pool,
+                    priority_weights=api.priority_weights,
+                    queue_rates=api.queue_rates(),
+                    queue_held_back=lambda queue: metrics.queue_rate_limited.labels(queue).inc(),
                 ) as engine,
                 runtime.authenticator(method, tokens, reviews) as authenticator,
+                runtime.reloading(tokens, engine, metrics),
             ):
                 services = runtime.api_services(engine, authenticator, metrics, api)
                 server = HttpServer(

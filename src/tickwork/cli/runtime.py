@@ -10,9 +10,10 @@ from typing import Any
 
 import click
 
-from tickwork.api.auth import Authenticator, FirstMatch, StaticTokens
+from tickwork.api.auth import Authenticator, FirstMatch
 from tickwork.api.review_settings import ReviewSettings
 from tickwork.api.services import Services
+from tickwork.api.tokens_file import TokensFile
 from tickwork.core.settings import ApiSettings
 from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
@@ -34,7 +35,7 @@ def api_services(
 
 @contextlib.asynccontextmanager
 async def authenticator(
-    method: str, tokens: StaticTokens | None, reviews: ReviewSettings
+    method: str, tokens: Authenticator | None, reviews: ReviewSettings
 ) -> AsyncIterator[Authenticator]:
     """The dispatcher's authenticator: the tokens file, or Kubernetes (TokenReview and
     SubjectAccessReview) with the tokens file, when given, asked first."""
@@ -55,6 +56,31 @@ async def authenticator(
         yield reviewed if tokens is None else FirstMatch([tokens, reviewed])
     finally:
         await api.close()
+
+
+@contextlib.asynccontextmanager
+async def reloading(
+    tokens: TokensFile | None, engine: Installation, metrics: Metrics
+) -> AsyncIterator[None]:
+    """Watch the tokens file while the block runs: a change that loads wakes every
+    long-poll (those of a removed token end with 401), and each change is counted."""
+    if tokens is None:
+        yield
+        return
+
+    def reloaded(loaded: bool) -> None:
+        metrics.tokens_reloads.labels("loaded" if loaded else "failed").inc()
+        if loaded:
+            engine.dispatcher.wakeups.wake_all()
+
+    tokens.on_reload(reloaded)
+    watching = asyncio.create_task(tokens.watch(), name="tickwork-tokens-file")
+    try:
+        yield
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:

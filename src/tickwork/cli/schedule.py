@@ -9,8 +9,12 @@ from typing import Final
 import click
 
 from tickwork.core import cron, hashing, limits, spec
+from tickwork.core.preview import Mark, fire_times
 
 _MAX_COUNT: Final = 1000
+# The marks a policy decides: a repeated local time, and a gap's times moved or left out.
+# (An offset change between two ordinary fire times moves nothing.)
+_POLICY_MARKS: Final = frozenset({Mark.gap, Mark.overlap})
 
 
 def _parse_instant(text: str) -> datetime:
@@ -42,6 +46,18 @@ def _utc_text(instant: datetime) -> str:
 def _local_text(instant: datetime, schedule: cron.CronSchedule) -> str:
     local = instant.astimezone(schedule.tzinfo)
     return local.isoformat(sep=" ", timespec="seconds") + f" {local.tzname()}"
+
+
+def _policy_text(schedule: cron.CronSchedule, given: cron.DstPolicy) -> str:
+    kind = "a fixed-hour" if schedule.fixed_hour else "a wildcard-hour"
+    parts = []
+    for name, chosen, value in (
+        ("repeated", given.repeated, schedule.dst.repeated),
+        ("skipped", given.skipped, schedule.dst.skipped),
+    ):
+        default = "" if chosen is not None else f" (the default for {kind} schedule)"
+        parts.append(f"{name} {value}{default}")
+    return "DST policy: " + "; ".join(parts)
 
 
 @click.group()
@@ -78,6 +94,20 @@ def schedule() -> None:
     help="Shift each time by the job's stable jitter offset (needs --job).",
 )
 @click.option("--job", "job_text", metavar="TENANT/NAME", help="Job whose jitter to apply.")
+@click.option(
+    "--dst-repeated",
+    type=click.Choice([choice.value for choice in cron.DstRepeated]),
+    help="A local time that happens twice fires at its first occurrence, its last, or "
+    "both (schedule.dst.repeated; default: first for a fixed hour, both for an hour "
+    "field starting with '*').",
+)
+@click.option(
+    "--dst-skipped",
+    type=click.Choice([choice.value for choice in cron.DstSkipped]),
+    help="A local time that does not exist fires at the end of the gap (shift) or not "
+    "at all (skip) (schedule.dst.skipped; default: shift for a fixed hour, skip for an "
+    "hour field starting with '*').",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of UTC instants.")
 def preview(
     cron_expression: str,
@@ -86,15 +116,22 @@ def preview(
     count: int,
     jitter_seconds: int | None,
     job_text: str | None,
+    dst_repeated: str | None,
+    dst_skipped: str | None,
     as_json: bool,
 ) -> None:
     """Print the next fire times of CRON, as UTC instants.
 
     CRON is five fields or a macro such as @daily. DST gaps and overlaps follow
-    tickwork's rules: see docs/cron.md.
+    tickwork's rules, or the --dst-* choices: see docs/cron.md. A fire time that a gap
+    or a repeated local time concerns says what happened to it.
     """
+    policy = cron.DstPolicy(
+        None if dst_repeated is None else cron.DstRepeated(dst_repeated),
+        None if dst_skipped is None else cron.DstSkipped(dst_skipped),
+    )
     try:
-        parsed = cron.CronSchedule.parse(cron_expression, zone)
+        parsed = cron.CronSchedule.parse(cron_expression, zone, policy)
     except cron.CronError as error:
         hint = "'--tz'" if error.field == "zone" else "'CRON'"
         raise click.BadParameter(str(error), param_hint=hint) from None
@@ -113,7 +150,8 @@ def preview(
     # The command line is an adapter: reading the clock here keeps the engine pure.
     after = _parse_instant(after_text) if after_text is not None else datetime.now(UTC)
     shift = timedelta(seconds=offset)
-    fires = [nominal + shift for nominal in parsed.preview(after, count)]
+    marked = fire_times(parsed, after, count)
+    fires = [fire.instant + shift for fire in marked]
 
     if as_json:
         click.echo(json.dumps([_utc_text(fire) for fire in fires]))
@@ -122,10 +160,21 @@ def preview(
         click.echo(f"{parsed.macro} runs as {parsed.expression}")
     if job_label:
         click.echo(f"jitter: +{offset}s for {job_label} (of up to {jitter_seconds}s)")
-    header = ("UTC", f"local ({parsed.zone})")
-    rows = [(_utc_text(fire), _local_text(fire, parsed)) for fire in fires]
+    if dst_repeated is not None or dst_skipped is not None:
+        click.echo(_policy_text(parsed, policy))
+    header = ("UTC", f"local ({parsed.zone})", "")
+    rows = [
+        (
+            _utc_text(fire),
+            _local_text(fire, parsed),
+            f"DST {mark.mark}: {mark.note}" if mark.mark in _POLICY_MARKS else "",
+        )
+        for fire, mark in zip(fires, marked, strict=True)
+    ]
     width = max(len(row[0]) for row in [header, *rows])
-    for left, right in [header, *rows]:
-        click.echo(f"{left:<{width}}  {right}")
+    local_width = max(len(row[1]) for row in [header, *rows])
+    for left, middle, right in [header, *rows]:
+        note = f"{' ' * (local_width - len(middle))}  {right}" if right else ""
+        click.echo(f"{left:<{width}}  {middle}{note}")
     if not fires:
         click.echo("(no fire times left before year 10000)")

@@ -17,6 +17,9 @@ wall times; this module adds what the product promises on top of it (see
   intersections) is never used;
 * the DST layer. croniter's own zone handling has known bugs, so it only ever
   sees naive wall times and each matching wall time is mapped to instants here;
+* a job's DST policy (``DstPolicy``): which occurrence of a repeated local time
+  fires and whether a local time inside a gap fires at the gap's end. Unset, each
+  follows the hour field, as ``docs/cron.md`` says;
 * Vixie's macros (``@daily`` ...), read as the five fields they stand for, so they
   follow the same DST rules. ``@reboot`` and ``@every`` are refused with what to
   write instead: tickwork has no boot, and fires at clock times, not intervals.
@@ -24,6 +27,7 @@ wall times; this module adds what the product promises on top of it (see
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +42,16 @@ from croniter.croniter import CroniterError
 
 from tickwork.core import limits, zones
 
-__all__ = ["MACROS", "CronError", "CronSchedule", "expand", "validate"]
+__all__ = [
+    "MACROS",
+    "CronError",
+    "CronSchedule",
+    "DstPolicy",
+    "DstRepeated",
+    "DstSkipped",
+    "expand",
+    "validate",
+]
 
 # No zone's offset changes by more than 26 hours in total, so looking this far
 # ahead (or back) of an instant is enough to see any fall-back that makes local
@@ -118,6 +131,41 @@ class CronError(ValueError):
         super().__init__(message)
         self.field = field
         self.value = value
+
+
+class DstRepeated(enum.StrEnum):
+    """Which occurrence of a local time that happens twice (fall back) fires."""
+
+    first = "first"
+    last = "last"
+    both = "both"
+
+
+class DstSkipped(enum.StrEnum):
+    """What a local time that does not exist (spring forward) does."""
+
+    shift = "shift"  # fires once, at the first instant after the gap
+    skip = "skip"  # does not fire that day
+
+
+@dataclass(frozen=True, slots=True)
+class DstPolicy:
+    """A job's choice on DST nights; ``None`` is the hour field's rule (``docs/cron.md``):
+    fixed-hour schedules ``first`` and ``shift``, wildcard-hour ones ``both`` and
+    ``skip``."""
+
+    repeated: DstRepeated | None = None
+    skipped: DstSkipped | None = None
+
+    def resolved(self, fixed_hour: bool) -> DstPolicy:
+        """Both choices made: an unset one by the hour field's rule."""
+        return DstPolicy(
+            self.repeated or (DstRepeated.first if fixed_hour else DstRepeated.both),
+            self.skipped or (DstSkipped.shift if fixed_hour else DstSkipped.skip),
+        )
+
+
+_HOUR_FIELD_RULE: Final = DstPolicy()
 
 
 @dataclass(frozen=True)
@@ -452,13 +500,16 @@ class CronSchedule:
     macro as the five fields it stands for (``macro`` keeps its name, lowercase), so
     ``@daily`` and ``0 0 * * *`` are equal schedules. ``fixed_hour`` is true when the
     hour field does not start with ``*``: it decides how DST gaps and overlaps are
-    treated (see ``docs/cron.md``).
+    treated (see ``docs/cron.md``) where ``dst`` leaves the choice to it. ``dst`` is
+    kept resolved (both choices made), so a policy that says what the hour field
+    says gives an equal schedule.
 
     Instances are immutable and safe to share between threads.
     """
 
     expression: str
     zone: str = "UTC"
+    dst: DstPolicy = _HOUR_FIELD_RULE
     fixed_hour: bool = field(init=False)
     macro: str | None = field(init=False, compare=False)
     _tz: ZoneInfo = field(init=False, repr=False, compare=False)
@@ -495,7 +546,9 @@ class CronSchedule:
         written = self.expression.strip(" \t").lower()
         object.__setattr__(self, "macro", written if written in MACROS else None)
         object.__setattr__(self, "expression", normalised)
-        object.__setattr__(self, "fixed_hour", not fields[1].startswith("*"))
+        fixed_hour = not fields[1].startswith("*")
+        object.__setattr__(self, "fixed_hour", fixed_hour)
+        object.__setattr__(self, "dst", self.dst.resolved(fixed_hour))
         object.__setattr__(self, "_tz", tz)
         object.__setattr__(
             self,
@@ -503,14 +556,16 @@ class CronSchedule:
             tuple(croniter(expression, _PROBE_START, day_or=False) for expression in living),
         )
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, str, DstPolicy]]:
         # Zones come from the tzdata package and pickle by name, not by file.
-        return (CronSchedule.parse, (self.macro or self.expression, self.zone))
+        return (CronSchedule.parse, (self.macro or self.expression, self.zone, self.dst))
 
     @classmethod
-    def parse(cls, expression: str, zone: str = "UTC") -> CronSchedule:
+    def parse(
+        cls, expression: str, zone: str = "UTC", dst: DstPolicy = _HOUR_FIELD_RULE
+    ) -> CronSchedule:
         """Validate ``expression`` in ``zone``; raise :class:`CronError` if refused."""
-        return cls(expression, zone)
+        return cls(expression, zone, dst)
 
     @property
     def tzinfo(self) -> ZoneInfo:
@@ -596,12 +651,15 @@ class CronSchedule:
             return (first,)
         if first < second:
             # Repeated wall time (fall-back): fold=0 is the first occurrence.
-            return (first,) if self.fixed_hour else (first, second)
+            repeated = self.dst.repeated
+            if repeated is DstRepeated.first:
+                return (first,)
+            return (second,) if repeated is DstRepeated.last else (first, second)
         # Wall time inside a gap: fold=0 read it with the offset before the gap
         # (an instant after the jump), fold=1 with the one after (an instant before).
-        # A gap of any length, a DST hour or Pacific/Apia's lost day, runs a fixed-hour
-        # time once at its end.
-        if self.fixed_hour:
+        # A gap of any length, a DST hour or Pacific/Apia's lost day, shifts a time to
+        # its end: several times of one gap become that one instant.
+        if self.dst.skipped is DstSkipped.shift:
             return (self._gap_end(second, first),)
         return ()
 

@@ -89,6 +89,15 @@ class InvalidState(TickworkError):
     title = "Transition not allowed"
 
 
+class PreconditionFailed(TickworkError):
+    """An ``If-Match`` (or ``If-None-Match: *``) that the job as it is now does not meet:
+    someone changed it since the caller read it (RFC 9110, 13.1.1)."""
+
+    slug = "precondition-failed"
+    status = 412
+    title = "Precondition failed"
+
+
 class IdempotencyKeyReused(TickworkError):
     """An idempotency key already used for a different request (IETF Idempotency-Key
     draft: 422). The same request again answers the first run."""

@@ -96,6 +96,31 @@ MAX_RETRY_MAX_SECONDS: Final = 7 * 86_400
 MAX_CONCURRENCY: Final = 1_000_000
 """``concurrency`` (from 0 = unlimited)."""
 
+RATE_ONLY_CONCURRENCY: Final = 2**31 - 1
+"""The ``concurrency`` a run carries when its job has a rate limit and no concurrency
+limit: on the claim's limited path, with no limit on leased runs."""
+
+MAX_RATE_LIMIT: Final = 1_000_000
+"""``rateLimit.limit`` (from 1): runs leased in one period."""
+
+MAX_RATE_PERIOD_SECONDS: Final = 86_400
+"""``rateLimit.periodSeconds`` (from 1)."""
+
+MAX_FLOW_KEY_LENGTH: Final = 256
+"""``rateLimit.key`` and ``concurrencyKey.key``: a JSON pointer into the payload."""
+
+MAX_UNIQUE_FOR_SECONDS: Final = 30 * 86_400
+"""``unique.forSeconds`` (from 1): how long a finished run still holds its key."""
+
+MAX_DEBOUNCE_SECONDS: Final = 86_400
+"""``debounce.seconds`` (from 1)."""
+
+MAX_DEBOUNCE_MAX_SECONDS: Final = 7 * 86_400
+"""``debounce.maxSeconds`` (from ``seconds``): the longest a burst delays its run."""
+
+MAX_PAUSE_AFTER_FAILURES: Final = 1000
+"""``pauseAfterFailures`` (from 1)."""
+
 MAX_JOB_TEMPLATE_BYTES: Final = 256 * _KIB
 """``jobTemplate``, encoded as JSON (a container job's JobTemplateSpec)."""
 
@@ -135,6 +160,12 @@ MAX_EXTENSION_SECONDS: Final = 6 * 3600
 
 MAX_WAIT_SECONDS: Final = 20
 """``waitSeconds`` of a long-poll lease (from 0)."""
+
+MAX_SNOOZE_SECONDS: Final = 7 * 86_400
+"""``delaySeconds`` of a ``snoozed`` completion (from 0)."""
+
+MAX_SNOOZES: Final = 1000
+"""Snoozes of one run; past them a snooze counts as a failed attempt (``snooze-limit``)."""
 
 # --- lists ---
 

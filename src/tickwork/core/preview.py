@@ -1,9 +1,10 @@
 """A schedule's next fire times, each marked where DST moves or repeats the local clock.
 
-The instants are ``CronSchedule.preview``'s: this module never decides when a job
-fires. It asks the zone what the local clock did between one fire time and the next,
-and asks the schedule whether it fires at the other occurrence of a repeated local
-time, so the marks cannot disagree with what the scheduler will do.
+The instants are ``CronSchedule.preview``'s, under the schedule's own DST policy: this
+module never decides when a job fires. It asks the zone what the local clock did
+between one fire time and the next, and asks the schedule whether it fires at the other
+occurrence of a repeated local time, so the marks cannot disagree with what the
+scheduler will do.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Final
 
-from tickwork.core.cron import CronSchedule
+from tickwork.core.cron import CronSchedule, DstSkipped
 
 _SECOND: Final = timedelta(seconds=1)
 # How many local times a note names before it says "and N more".
@@ -150,7 +151,7 @@ def _gap(
     if not _fires_at(fields, local.replace(tzinfo=UTC)):
         # This instant is no time the fields name: it is the gap's run, moved.
         return FireTime(instant, local, Mark.gap, f"{gone}; runs at {_clock(local)} instead")
-    # The end of the gap is also a time of its own: the gap's run folded into it, or
-    # (an hour field starting with '*' keeps real-time cadence) the gap was not run.
-    outcome = "folded into this run" if schedule.fixed_hour else "not run"
+    # The end of the gap is also a time of its own: the gap's run folded into it
+    # (skipped: shift), or the gap was not run (skipped: skip).
+    outcome = "folded into this run" if schedule.dst.skipped is DstSkipped.shift else "not run"
     return FireTime(instant, local, Mark.gap, f"{gone}; {outcome}")

@@ -92,6 +92,9 @@ class Run:
     # SHA-256 of the enqueue request that made an ad hoc run with an idempotency key:
     # a second request with the key must be the same request.
     request_fingerprint: bytes | None = None
+    # Set on the answer to an enqueue that the job's rule gave an existing run instead
+    # of a new one: "unique" (deduplicated) or "debounce" (debounced). Not stored.
+    answered_by: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -277,6 +280,8 @@ class Lease:
 class Outcome(enum.StrEnum):
     succeeded = "succeeded"
     failed = "failed"
+    # The run waits ``delay_seconds`` and is leased again: no attempt used, no DLQ entry.
+    snoozed = "snoozed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +291,7 @@ class Completion:
     outcome: Outcome
     error: dict[str, Any] | None = None
     retryable: bool = True
+    delay_seconds: float = 0.0  # a snooze's wait before the run is ready again
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +301,7 @@ class Completed:
     id: int
     state: State
     next_attempt_at: datetime | None
+    snoozed: bool = False  # the lease ended in a snooze (the run waits in retry_wait)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +327,43 @@ class Manager(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class PausedReason:
+    """Why tickwork paused a job: ``pauseAfterFailures`` consecutive dead runs, the
+    last of which is ``run_id`` (shard-local) with ``error``."""
+
+    consecutive_dead: int
+    run_id: int
+    error: Any
+    at: datetime
+
+    @property
+    def last_error_message(self) -> str:
+        if isinstance(self.error, Mapping) and isinstance(self.error.get("message"), str):
+            return str(self.error["message"])
+        return "no error recorded"
+
+    def message(self, shard: int) -> str:
+        """One line for people: the count, the last dead run and its error."""
+        run = shards.format_run_id(shard, self.run_id)
+        return (
+            f"paused after {self.consecutive_dead} consecutive dead runs "
+            f"(pauseAfterFailures); last: run {run}: {self.last_error_message}"
+        )
+
+    @classmethod
+    def from_json(cls, value: str | None) -> PausedReason | None:
+        if value is None:
+            return None
+        document = orjson.loads(value)
+        return cls(
+            consecutive_dead=int(document["consecutiveDead"]),
+            run_id=int(document["runId"]),
+            error=document.get("error"),
+            at=datetime.fromisoformat(document["at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Definition:
     shard: int
     tenant: str
@@ -333,6 +377,14 @@ class Definition:
     updated_at: datetime
     managed_by: Manager | None = None
     overlap_skipped: int = 0  # fires overlapPolicy Forbid skipped (cumulative)
+    # Runs gone dead since the last succeeded one (or the last resume).
+    consecutive_dead: int = 0
+    # Why tickwork paused the job (spec.pauseAfterFailures); None when it did not.
+    paused_reason: PausedReason | None = None
+
+    @property
+    def auto_paused(self) -> bool:
+        return self.paused and self.paused_reason is not None
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> Definition:
@@ -349,6 +401,8 @@ class Definition:
             updated_at=row["updated_at"],
             managed_by=None if row["managed_by"] is None else Manager(row["managed_by"]),
             overlap_skipped=row["overlap_skipped"],
+            consecutive_dead=row.get("consecutive_dead", 0),
+            paused_reason=PausedReason.from_json(row.get("paused_reason")),
         )
 
 
@@ -377,6 +431,8 @@ class JobStatus:
     # A container job's: the Job of the latest run's latest attempt (None: no attempt
     # yet, or not a container job).
     last_job_name: str | None = None
+    # Why tickwork paused the job (None: it did not, or it was resumed since).
+    paused_reason: PausedReason | None = None
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> JobStatus:
@@ -399,6 +455,7 @@ class JobStatus:
             missed_caught_up=row["missed_caught_up"],
             overlap_skipped=row["overlap_skipped"],
             last_job_name=_last_job_name(shard, row),
+            paused_reason=PausedReason.from_json(row.get("paused_reason")),
         )
 
 

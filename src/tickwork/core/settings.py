@@ -27,7 +27,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
-from tickwork.core import fairness, limits
+from tickwork.core import fairness, limits, queue_limits
 from tickwork.core.shards import DEFAULT_SHARD_COUNT
 
 
@@ -530,6 +530,13 @@ class ApiSettings(Settings):
     """Shares of claims for critical/default/bulk when all have ready work (written
     ``70/25/5``); an idle priority's share goes to the others."""
 
+    queue_rate_limits: Annotated[
+        tuple[str, ...], Option("--queue-rate-limit", env="TICKWORK_QUEUE_RATE_LIMITS")
+    ] = ()
+    """A queue's rate limit, ``QUEUE=LIMIT/SECONDS`` (``reports=100/60``): at most LIMIT
+    runs of the queue leased in any SECONDS, across all tenants and dispatchers; give
+    every dispatcher the same. Repeatable (the variable: space-separated)."""
+
     readiness_timeout_seconds: Annotated[float, Field(gt=0)] = 1.0
     """``/readyz`` answers within this many seconds even when a shard's link hangs."""
 
@@ -567,6 +574,15 @@ class ApiSettings(Settings):
     @classmethod
     def _weights(cls, value: Any) -> Any:
         return fairness.parse_weights(value) if isinstance(value, str) else value
+
+    @field_validator("queue_rate_limits")
+    @classmethod
+    def _queue_rates(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(str(rule) for rule in queue_limits.parse_all(value).values())
+
+    def queue_rates(self) -> dict[str, queue_limits.QueueRateLimit]:
+        """The queue rate limits, by queue."""
+        return queue_limits.parse_all(self.queue_rate_limits)
 
     def default_limits(self) -> TenantLimits:
         """The quotas of a tenant the tokens file says nothing about."""

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
+import jsonpointer
 import orjson
 from pydantic import (
     AwareDatetime,
@@ -43,7 +45,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from tickwork.core import containers, credentials, fields, limits
-from tickwork.core.cron import CronError, CronSchedule
+from tickwork.core.cron import CronError, CronSchedule, DstPolicy, DstRepeated, DstSkipped
 
 # DNS-1123: the same rules Kubernetes applies to namespaces (tenants) and object names,
 # so a job declared as a ScheduledJob and one created over HTTP share one namespace.
@@ -156,6 +158,29 @@ def rfc3339(value: Any) -> Any:
 Instant = Annotated[AwareDatetime, BeforeValidator(rfc3339)]
 
 
+class Dst(_Model):
+    """What the job does on the nights its zone changes its clocks. A choice left out
+    follows the hour field: fixed-hour schedules (the hour field does not start with
+    `*`) `first` and `shift`, wildcard-hour ones `both` and `skip`."""
+
+    repeated: DstRepeated | None = Field(
+        default=None,
+        description="A local time that happens twice (clocks go back) fires at its "
+        "`first` occurrence, its `last`, or `both`. Default: `first` for a fixed-hour "
+        "schedule, `both` for a wildcard-hour one.",
+    )
+    skipped: DstSkipped | None = Field(
+        default=None,
+        description="A local time that does not exist (clocks go forward) fires once at "
+        "the first instant after the gap (`shift`; several such times of one gap fire "
+        "once), or not at all that day (`skip`). Default: `shift` for a fixed-hour "
+        "schedule, `skip` for a wildcard-hour one.",
+    )
+
+    def policy(self) -> DstPolicy:
+        return DstPolicy(self.repeated, self.skipped)
+
+
 class Schedule(_Model):
     """When a recurring job runs: a cron expression read in a time zone. Every fire
     time becomes one run, identified by its nominal time (dueAt)."""
@@ -167,7 +192,8 @@ class Schedule(_Model):
         "(0 0 1 * *), `@weekly` (0 0 * * 0), `@daily`/`@midnight` (0 0 * * *), `@hourly` "
         "(0 * * * *); kept as written, run as its five fields. `@reboot` and `@every` "
         "are refused. Fixed-hour times run once on DST nights: a skipped local time at "
-        "the first instant after the gap, a repeated one at its first occurrence.",
+        "the first instant after the gap, a repeated one at its first occurrence; `dst` can "
+        "choose otherwise.",
         examples=["0 2 * * *"],
         json_schema_extra={"maxLength": limits.MAX_CRON_LENGTH},
     )
@@ -194,6 +220,11 @@ class Schedule(_Model):
         description="A run not started within this many seconds of its nominal time "
         "ends as `skipped`.",
     )
+    dst: Dst | None = Field(
+        default=None,
+        description="Which fire times run on DST nights: `repeated` (first, last, both) "
+        "and `skipped` (shift, skip). Left out, the hour field decides (see docs/cron.md).",
+    )
 
     # Field validators first, so an error names `schedule.cron` or `schedule.timeZone`.
     @field_validator("cron")
@@ -210,14 +241,27 @@ class Schedule(_Model):
             _parse("* * * * *", value)
         return value
 
+    @field_validator("dst")
+    @classmethod
+    def _no_empty_dst(cls, value: Dst | None) -> Dst | None:
+        # ``dst: {}`` chooses nothing: the same spec as no ``dst``, shown and stored so.
+        if value is not None and value.repeated is None and value.skipped is None:
+            return None
+        return value
+
     @model_validator(mode="after")
     def _check_together(self, info: ValidationInfo) -> Schedule:
         if not _stored(info):
             _parse(self.cron, self.time_zone)
         return self
 
+    @property
+    def dst_policy(self) -> DstPolicy:
+        """The DST policy as given: a choice left out is None (the hour field's rule)."""
+        return _HOUR_FIELD_RULE if self.dst is None else self.dst.policy()
+
     def compile(self) -> CronSchedule:
-        return _parsed(self.cron, self.time_zone)
+        return _parsed(self.cron, self.time_zone, self.dst_policy)
 
 
 def _parse(expression: str, zone: str) -> CronSchedule:
@@ -227,11 +271,15 @@ def _parse(expression: str, zone: str) -> CronSchedule:
         raise PydanticCustomError("invalid_schedule", "{reason}", {"reason": str(error)}) from None
 
 
+# No DST choice made: each follows the hour field.
+_HOUR_FIELD_RULE: Final = DstPolicy()
+
+
 @functools.lru_cache(maxsize=4096)
-def _parsed(expression: str, zone: str) -> CronSchedule:
+def _parsed(expression: str, zone: str, dst: DstPolicy = _HOUR_FIELD_RULE) -> CronSchedule:
     """Schedules are immutable: a spec is validated three times per parse (cron, zone,
     both), and a fleet shares few expressions (the operator's resync parses them all)."""
-    return CronSchedule.parse(expression, zone)
+    return CronSchedule.parse(expression, zone, dst)
 
 
 class Retry(_Model):
@@ -526,6 +574,265 @@ JobTemplate = Annotated[
 ]
 
 
+# The states of a run, as records.State names them (records imports this module).
+RunStateName = Literal[
+    "scheduled",
+    "ready",
+    "leased",
+    "retry_wait",
+    "succeeded",
+    "dead",
+    "cancelled",
+    "discarded",
+    "skipped",
+]
+PENDING_STATES: Final[tuple[RunStateName, ...]] = ("scheduled", "ready", "retry_wait")
+FINISHED_STATES: Final = frozenset({"succeeded", "dead", "cancelled", "discarded", "skipped"})
+# A key longer than this (encoded) is stored as its SHA-256: a whole payload may be one.
+_KEY_TEXT_BYTES: Final = 256
+
+
+class _KeyedRule(_Model):
+    """A rule that groups a job's enqueues by a key read from each run's payload."""
+
+    key: StrictStr | None = Field(
+        default=None,
+        description="JSON pointer (RFC 6901) to the key in the run's payload (the "
+        "enqueue's payload, or the job's when the enqueue gives none), e.g. "
+        '"/customerId"; "" takes the whole payload. Absent: one key for the whole job. An '
+        "enqueue whose payload has nothing there is refused (400 naming payload).",
+        json_schema_extra={
+            "maxLength": limits.MAX_FLOW_KEY_LENGTH,
+            "pattern": "^(/([^~/]|~[01])*)*$",
+        },
+    )
+
+    @field_validator("key")
+    @classmethod
+    def _check_pointer(cls, value: str | None) -> str | None:
+        if value is not None:
+            if len(value) > limits.MAX_FLOW_KEY_LENGTH:
+                raise PydanticCustomError(
+                    "invalid_pointer", f"at most {limits.MAX_FLOW_KEY_LENGTH} characters"
+                )
+            try:
+                jsonpointer.JsonPointer(value)
+            except jsonpointer.JsonPointerException as error:
+                raise PydanticCustomError(
+                    "invalid_pointer",
+                    '{reason}: a JSON pointer (RFC 6901) such as /customerId, or "" for '
+                    "the whole payload",
+                    {"reason": str(error)},
+                ) from None
+        return value
+
+    def key_of(self, payload: Any) -> str | None:
+        """The key of a run with ``payload``: ``""`` for the job's one key, else the
+        pointer and the canonical JSON of the value it names (the SHA-256 of that when
+        long); None when the payload has nothing there."""
+        if self.key is None:
+            return ""
+        value = jsonpointer.resolve_pointer(payload, self.key, _MISSING)
+        if value is _MISSING:
+            return None
+        text = self.key + " " + orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        if len(text.encode()) > _KEY_TEXT_BYTES:
+            return self.key + " sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        return text
+
+
+_MISSING: Final = object()
+
+
+class Unique(_KeyedRule):
+    """At most one run per key: an enqueue whose key a run of the job in `states`
+    holds answers that run (200, `deduplicated: true`) instead of making another.
+    Scheduled fires neither obey nor hold a key (overlapPolicy governs those)."""
+
+    states: list[Annotated[RunStateName, Field(description="A run state.")]] = Field(
+        default_factory=lambda: list(PENDING_STATES),
+        description="The states in which a run holds its key: scheduled, ready and "
+        "retry_wait always (the default: runs not started yet); add leased for a run "
+        "being worked on, and finished states (succeeded, dead, cancelled, discarded, "
+        "skipped) for forSeconds after the run finished.",
+    )
+    for_seconds: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=limits.MAX_UNIQUE_FOR_SECONDS,
+        description="How long after it finished a run in a finished state of `states` "
+        "still holds its key; required with such a state, refused without one.",
+    )
+
+    @field_validator("states")
+    @classmethod
+    def _check_states(cls, value: list[str]) -> list[str]:
+        missing = [state for state in PENDING_STATES if state not in value]
+        if missing:
+            raise PydanticCustomError(
+                "unique_states",
+                "must include scheduled, ready and retry_wait (runs not started yet "
+                "always hold their key); missing: {missing}",
+                {"missing": ", ".join(missing)},
+            )
+        if len(set(value)) != len(value):
+            raise PydanticCustomError("unique_states", "names a state twice")
+        return value
+
+    @model_validator(mode="after")
+    def _check_for_seconds(self) -> Unique:
+        # A rule across two fields, said of forSeconds (error_field reads ``field``).
+        finished = sorted(FINISHED_STATES.intersection(self.states))
+        if finished and self.for_seconds is None:
+            raise PydanticCustomError(
+                "unique_for_seconds",
+                "required when states include a finished state ({finished}): how long "
+                "after it finished such a run still holds its key",
+                {"finished": ", ".join(finished), "field": "forSeconds"},
+            )
+        if not finished and self.for_seconds is not None:
+            raise PydanticCustomError(
+                "unique_for_seconds",
+                "counts from the end of a run: add the finished states it applies to "
+                "(such as succeeded) to states, or leave forSeconds out",
+                {"field": "forSeconds"},
+            )
+        return self
+
+    def holds(self, state: str, finished_at: datetime | None, now: datetime) -> bool:
+        """Whether a run in ``state`` (finished at ``finished_at``) holds its key."""
+        if state not in self.states:
+            return False
+        if state not in FINISHED_STATES:
+            return True
+        return (
+            finished_at is not None
+            and self.for_seconds is not None
+            and (now - finished_at).total_seconds() < self.for_seconds
+        )
+
+
+class Debounce(_KeyedRule):
+    """Bursts make one run: an enqueue whose key a run not started yet holds gives that
+    run its payload and moves its start to `seconds` from now (200, `debounced: true`),
+    never later than `maxSeconds` after the burst's first enqueue."""
+
+    seconds: StrictInt = Field(
+        ge=1,
+        le=limits.MAX_DEBOUNCE_SECONDS,
+        description="A run starts this many seconds after the last enqueue of its burst.",
+    )
+    max_seconds: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=limits.MAX_DEBOUNCE_MAX_SECONDS,
+        description="The longest a burst delays its run, from the burst's first enqueue "
+        "(at least seconds). Default: 10 times seconds, at most "
+        f"{limits.MAX_DEBOUNCE_MAX_SECONDS}.",
+    )
+
+    @field_validator("max_seconds")
+    @classmethod
+    def _check_max(cls, value: int | None, info: ValidationInfo) -> int | None:
+        seconds = info.data.get("seconds")
+        if value is not None and seconds is not None and value < seconds:
+            raise PydanticCustomError("debounce_bounds", "must be at least debounce.seconds")
+        return value
+
+    @property
+    def longest_seconds(self) -> int:
+        """The cap on a burst's delay, its default applied."""
+        if self.max_seconds is not None:
+            return self.max_seconds
+        return min(10 * self.seconds, limits.MAX_DEBOUNCE_MAX_SECONDS)
+
+
+class ConcurrencyStrategy(enum.StrEnum):
+    """What a run does when it finds its concurrency key at the limit (Hatchet's
+    GROUP_ROUND_ROBIN, CANCEL_NEWEST and CANCEL_IN_PROGRESS)."""
+
+    Wait = "Wait"
+    CancelNewest = "CancelNewest"
+    CancelRunning = "CancelRunning"
+
+
+def _flow_pointer(value: str | None) -> str | None:
+    """A JSON pointer (RFC 6901) into the payload: "" or "/a/b", "~" only as ~0 or ~1."""
+    if value is not None and (
+        (value and not value.startswith("/")) or re.search(r"~(?![01])", value)
+    ):
+        raise PydanticCustomError(
+            "invalid_pointer",
+            'a JSON pointer (RFC 6901) such as "/customerId" ("" for the whole payload)',
+        )
+    return value
+
+
+_FLOW_KEY_DESCRIPTION: Final = (
+    "JSON pointer (RFC 6901) to a value in the run's payload, e.g. '/customerId': "
+    "runs with the same value share one limit, each value its own. A payload with "
+    'nothing there counts under the value "". Absent: one limit for all the runs.'
+)
+
+
+class ConcurrencyKey(_Model):
+    """Makes `concurrency` a limit per key (and per group of jobs): at most
+    `concurrency` runs with the same key leased at once."""
+
+    key: StrictStr | None = Field(
+        default=None,
+        description=_FLOW_KEY_DESCRIPTION,
+        json_schema_extra={"maxLength": limits.MAX_FLOW_KEY_LENGTH},
+    )
+    group: StrictStr | None = Field(
+        default=None,
+        description="Jobs naming the same group (in one tenant) share the limit: at most "
+        "`concurrency` runs of all of them with the same key leased at once. The limit "
+        "holds among the jobs of the group on one shard (docs/flow-control.md).",
+        json_schema_extra={"maxLength": limits.MAX_QUEUE_LENGTH, "pattern": QUEUE_PATTERN},
+    )
+    strategy: ConcurrencyStrategy = Field(
+        default=ConcurrencyStrategy.Wait,
+        description="When a key is at its limit: Wait (the newest runs wait their turn), "
+        "CancelNewest (runs over the limit are cancelled), CancelRunning (the running "
+        "runs are asked to stop, and the newest start when they have).",
+    )
+
+    @field_validator("key")
+    @classmethod
+    def _check_key(cls, value: str | None) -> str | None:
+        return _flow_pointer(value)
+
+    @field_validator("group")
+    @classmethod
+    def _check_group(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_queue(value)
+        return value
+
+
+class RateLimit(_Model):
+    """At most `limit` runs leased in any `periodSeconds` seconds (a sliding window),
+    per key value when `key` is given. Runs held back stay ready and use no attempt."""
+
+    limit: StrictInt = Field(
+        ge=1, le=limits.MAX_RATE_LIMIT, description="Runs leased at most in any period."
+    )
+    period_seconds: StrictInt = Field(
+        ge=1, le=limits.MAX_RATE_PERIOD_SECONDS, description="The period, in seconds."
+    )
+    key: StrictStr | None = Field(
+        default=None,
+        description=_FLOW_KEY_DESCRIPTION,
+        json_schema_extra={"maxLength": limits.MAX_FLOW_KEY_LENGTH},
+    )
+
+    @field_validator("key")
+    @classmethod
+    def _check_key(cls, value: str | None) -> str | None:
+        return _flow_pointer(value)
+
+
 class JobSpec(_Model):
     """A job definition. At most one of `schedule` and `runAt`; with neither, the job
     runs only when a run is enqueued through the API."""
@@ -574,6 +881,16 @@ class JobSpec(_Model):
         le=limits.MAX_CONCURRENCY,
         description="Max runs leased at once; 0 means unlimited.",
     )
+    concurrency_key: ConcurrencyKey | None = Field(
+        default=None,
+        description="Makes `concurrency` a limit per key of the payload and per group "
+        "of jobs, with a strategy for runs over it. Needs concurrency >= 1.",
+    )
+    rate_limit: RateLimit | None = Field(
+        default=None,
+        description="At most `limit` runs leased in any `periodSeconds` seconds (per key "
+        "of the payload, if given); runs held back stay ready.",
+    )
     overlap_policy: OverlapPolicy = Field(
         default=OverlapPolicy.Allow,
         description="What a scheduled fire (of schedule or runAt) does while an earlier "
@@ -594,6 +911,29 @@ class JobSpec(_Model):
         "runs are scheduled and leased as usual, but every lease carries `dryRun: true`, "
         "and workers run only handlers that declare dry-run support (they must log what "
         "they would do and have no effects); other handlers are skipped.",
+    )
+    pause_after_failures: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=limits.MAX_PAUSE_AFTER_FAILURES,
+        description="Pause the job after this many consecutive dead runs (out of "
+        "attempts, taken back expired, or failed as not retryable), in the transaction "
+        "that ends the last of them; a succeeded run starts the count again. The job "
+        "stays paused, with the reason and the last error in its status, until resumed "
+        "(:resume, `tickwork jobs resume`, the dashboard) or its spec is changed. "
+        "Absent: never.",
+    )
+    unique: Unique | None = Field(
+        default=None,
+        description="At most one run per key: an enqueue whose key a run of the job "
+        "holds (by default one not started yet) answers that run (200, deduplicated) "
+        "instead of making another. Not with debounce.",
+    )
+    debounce: Debounce | None = Field(
+        default=None,
+        description="One run per burst: an enqueue whose key a run not started yet holds "
+        "replaces that run's payload and moves its start to `seconds` from now (at most "
+        "`maxSeconds` after the burst began). Not with unique.",
     )
     payload: Payload = None
     job_template: JobTemplate | None = Field(
@@ -625,6 +965,41 @@ class JobSpec(_Model):
         return self
 
     @model_validator(mode="after")
+    def _one_flow_rule(self) -> JobSpec:
+        if self.unique is not None and self.debounce is not None:
+            raise PydanticCustomError(
+                "flow_rule_conflict",
+                "a job has at most one of unique and debounce (a debounced job keeps one "
+                "run not started yet per key already)",
+                {"field": "debounce"},
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _keyed_concurrency(self) -> JobSpec:
+        if self.concurrency_key is not None and self.concurrency == 0:
+            raise PydanticCustomError(
+                "concurrency_key_unlimited",
+                "needs a concurrency limit: set concurrency to 1 or more",
+                {"field": "concurrencyKey"},
+            )
+        return self
+
+    @property
+    def run_concurrency(self) -> int:
+        """The ``concurrency`` each run carries: the limit, else
+        ``limits.RATE_ONLY_CONCURRENCY`` with a rate limit (on the claim's limited
+        path), else 0 (the plain path). The store's ``run_concurrency`` says the same."""
+        if self.concurrency:
+            return self.concurrency
+        return limits.RATE_ONLY_CONCURRENCY if self.rate_limit is not None else 0
+
+    @property
+    def flow_rule(self) -> Unique | Debounce | None:
+        """The rule that groups the job's enqueues by key, if any."""
+        return self.unique or self.debounce
+
+    @model_validator(mode="after")
     def _runner_queue(self, info: ValidationInfo) -> JobSpec:
         # A queue is served by workers or by job-runners, never both (core.containers).
         if not _stored(info):
@@ -646,15 +1021,27 @@ class JobSpec(_Model):
         rollback) it reads every job that does not use what it does not know."""
         document = self.to_document()
         for key, default in _ADDED_FIELD_DEFAULTS.items():
-            if document.get(key, default) == default:
-                document.pop(key, None)
+            # A dotted key names a field of a nested object ("schedule.dst").
+            *parents, leaf = key.split(".")
+            node: Any = document
+            for parent in parents:
+                node = node.get(parent) if isinstance(node, dict) else None
+            if isinstance(node, dict) and node.get(leaf, default) == default:
+                node.pop(leaf, None)
         return document
 
 
 # Fields added to JobSpec after the first release, with their defaults: kept out of
 # stored documents while at the default (``JobSpec.to_stored``). An entry leaves this
-# table once no supported release predates its field.
-_ADDED_FIELD_DEFAULTS: Final[dict[str, Any]] = {"overlapPolicy": "Allow"}
+# table once no supported release predates its field. ``schedule.dst`` at its default
+# chooses nothing (the model shows that as no ``dst`` at all).
+_ADDED_FIELD_DEFAULTS: Final[dict[str, Any]] = {
+    "overlapPolicy": "Allow",
+    "schedule.dst": {},
+    "pauseAfterFailures": None,
+    "concurrencyKey": None,
+    "rateLimit": None,
+}
 
 
 _Parsed = TypeVar("_Parsed", bound=BaseModel)
@@ -680,8 +1067,9 @@ def error_field(error: Mapping[str, Any]) -> str | None:
     if error.get("type") in _INNER_PATH_ERRORS and isinstance(context.get("path"), str):
         inner = context["path"]
         text = text + inner if not text or not inner or inner.startswith("[") else f"{text}.{inner}"
-    if not text and isinstance(context.get("field"), str):
-        text = context["field"]  # a rule across fields, said of the one to change
+    if isinstance(context.get("field"), str):
+        # A rule across fields, said of the one to change (inside the object it names).
+        text = fields.key(text, context["field"]) if text else context["field"]
     return text or None
 
 

@@ -18,14 +18,16 @@ import asyncio
 import itertools
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import NotFound, StoreUnavailable, TickworkError
 from tickwork.core.fairness import PriorityShares
+from tickwork.core.queue_limits import QueueRateLimit
 from tickwork.core.records import (
     UNRESTRICTED,
     Beat,
@@ -37,6 +39,7 @@ from tickwork.core.records import (
     Scope,
 )
 from tickwork.engine import forwarding
+from tickwork.engine.queue_windows import HeldBack, QueueWindows
 from tickwork.engine.shard_health import ShardHealth
 from tickwork.store import leases, outages
 from tickwork.store.database import Database
@@ -70,6 +73,7 @@ class CompleteItem:
     outcome: Outcome
     error: dict[str, Any] | None = field(default=None)
     retryable: bool = True
+    delay_seconds: float = 0.0  # a snooze's wait
 
 
 class Dispatcher:
@@ -82,6 +86,8 @@ class Dispatcher:
         wakeups: ReadySignal | None = None,
         shares: PriorityShares | None = None,
         claim_seconds: float = 2.0,
+        queue_rates: Mapping[str, QueueRateLimit] | None = None,
+        queue_held_back: HeldBack | None = None,
     ) -> None:
         self.database = database
         self.clock = clock or DatabaseClock()
@@ -98,6 +104,14 @@ class Dispatcher:
         self.probe_seconds = min(claim_seconds, 0.25)
         self.health = ShardHealth()
         self._late: set[asyncio.Task[Any]] = set()
+        # Queue-wide rate limits (--queue-rate-limit); None: no queue has one.
+        self.windows = (
+            QueueWindows(
+                database, queue_rates, held_back=queue_held_back, bound_seconds=claim_seconds
+            )
+            if queue_rates
+            else None
+        )
 
     async def start(self) -> None:
         """Listen for ready runs on every shard (a long-poll without it only rechecks)."""
@@ -172,6 +186,88 @@ class Dispatcher:
         *,
         only: bool = False,
     ) -> list[Lease]:
+        """One visit of the shards (see ``_visit``); queues with a rate limit are
+        claimed apart, each within what its window grants."""
+        limited = self.windows.limited(queues) if self.windows is not None else []
+        if not limited:
+            return await self._visit(
+                queues, limit, worker_id, lease_seconds, tenant, prefer, only=only
+            )
+        plain = [queue for queue in queues if queue not in limited]
+        # The plain queues and each limited queue in turn, from a rotating start: a
+        # backlog in one never keeps a worker of several from the others.
+        parts: list[list[str]] = ([plain] if plain else []) + [[queue] for queue in limited]
+        first = next(self._start) % len(parts)
+        granted: list[Lease] = []
+        failure: BaseException | None = None
+        answered = False
+        for part in parts[first:] + parts[:first]:
+            if len(granted) >= limit:
+                break
+            wanted = limit - len(granted)
+            try:
+                if part is plain:
+                    claimed = await self._visit(
+                        part, wanted, worker_id, lease_seconds, tenant, prefer, only=only
+                    )
+                else:
+                    claimed = await self._claim_windowed(
+                        part[0], wanted, worker_id, lease_seconds, tenant, prefer, only
+                    )
+            except Exception as error:
+                if not (isinstance(error, StoreUnavailable) or outages.is_outage(error)):
+                    raise
+                failure = error
+                continue
+            answered = True
+            granted += claimed
+        if not answered and not granted and not only:
+            raise failure or StoreUnavailable("every shard failed its last claim; retry shortly")
+        return granted
+
+    async def _claim_windowed(
+        self,
+        queue: str,
+        wanted: int,
+        worker_id: str,
+        lease_seconds: float,
+        tenant: str | None,
+        prefer: Iterable[int],
+        only: bool,
+    ) -> list[Lease]:
+        """Runs of a rate-limited ``queue``: leases taken from its window first, at most
+        that many claimed, the rest given back. One instant for the take and the claims,
+        so a pinned clock sees the window and the leases agree."""
+        windows = self.windows
+        assert windows is not None
+        now = self.clock.now()
+        taken = await windows.take(queue, wanted, now)
+        if taken is None:
+            raise StoreUnavailable(f"the rate window of queue {queue!r} cannot be read")
+        if taken.granted == 0:
+            await windows.settle(taken, 0)
+            return []
+        claimed: list[Lease] = []
+        try:
+            claimed = await self._visit(
+                [queue], taken.granted, worker_id, lease_seconds, tenant, prefer, only=only, now=now
+            )
+        finally:
+            await windows.settle(taken, len(claimed))
+        return claimed
+
+    async def _visit(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+        tenant: str | None,
+        prefer: Iterable[int] = (),
+        *,
+        only: bool = False,
+        now: datetime | None = None,
+    ) -> list[Lease]:
         """One visit of the shards, round-robin from a rotating start (the ``prefer``
         shards first: those that just notified ready runs; with ``only``, those alone)."""
         count = self.database.shard_count
@@ -188,7 +284,7 @@ class Dispatcher:
         for shard in order:
             try:
                 claimed = await self._claim_on(
-                    shard, queues, limit - len(granted), worker_id, lease_seconds, tenant
+                    shard, queues, limit - len(granted), worker_id, lease_seconds, tenant, now
                 )
             except Exception as error:
                 if not outages.is_outage(error):
@@ -217,12 +313,14 @@ class Dispatcher:
         worker_id: str,
         lease_seconds: float,
         tenant: str | None,
+        now: datetime | None = None,
     ) -> list[Lease] | None:
         """One shard's claim, given ``claim_seconds`` at most; None when the shard is
         skipped after a recent failure. A claim that answers late is not lost: the
         runs it leased are given back as soon as it does."""
         if self.health.skipping(shard):
             return None
+        at = self.clock.now() if now is None else now
 
         async def claim() -> list[Lease]:
             async with self.database.claim_connection(shard) as conn:
@@ -233,7 +331,7 @@ class Dispatcher:
                     limit,
                     worker_id,
                     lease_seconds,
-                    self.clock.now(),
+                    at,
                     tenant,
                     self.shares,
                 )
@@ -320,7 +418,7 @@ class Dispatcher:
             shard: int, group: list[tuple[int, CompleteItem]]
         ) -> list[Completed | TickworkError]:
             completions = [
-                Completion(local, i.fencing_token, i.outcome, i.error, i.retryable)
+                Completion(local, i.fencing_token, i.outcome, i.error, i.retryable, i.delay_seconds)
                 for local, i in group
             ]
             granted = await self._granted(shard, [c.id for c in completions], scope, grant)

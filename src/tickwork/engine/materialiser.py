@@ -10,6 +10,9 @@ time is already past) follow ``missedRunPolicy``: ``run_once`` keeps the latest,
 ``run_all`` keeps the latest ``run_all_cap`` and reports how many it dropped, ``skip``
 keeps none. A fire time is missed when it is more than ``grace`` in the past.
 
+Fire times follow the job's ``schedule.dst`` policy (DST nights), read from the spec
+with the rest of its schedule.
+
 A run of a job whose ``overlapPolicy`` is Forbid or Replace carries it and is inserted
 ``scheduled`` even when its time has come (a catch-up): the due flip, not this
 transaction, decides whether it starts, under a lock per job (``store.sweeps``).
@@ -26,7 +29,7 @@ from typing import Final
 import asyncpg
 
 from tickwork.core import hashing, limits
-from tickwork.core.cron import CronSchedule
+from tickwork.core.cron import CronSchedule, DstPolicy, DstRepeated, DstSkipped
 from tickwork.core.records import Origin
 from tickwork.core.spec import MissedRunPolicy, OverlapPolicy
 from tickwork.store import clock, epochs, queries
@@ -44,21 +47,28 @@ RUN_ALL_CAP: Final = limits.MAX_RUN_ALL_CATCH_UP
 _COUNT_LIMIT: Final = 10_000
 
 
+_HOUR_FIELD_RULE: Final = DstPolicy()
+
+
 @lru_cache(maxsize=4096)
-def compiled(expression: str, zone: str) -> CronSchedule:
+def compiled(expression: str, zone: str, dst: DstPolicy = _HOUR_FIELD_RULE) -> CronSchedule:
     """Parsed schedules, shared: a million definitions use far fewer distinct ones."""
-    return CronSchedule.parse(expression, zone)
+    return CronSchedule.parse(expression, zone, dst)
 
 
 @lru_cache(maxsize=4096)
 def fire_times(
-    expression: str, zone: str, after: datetime, horizon: datetime
+    expression: str,
+    zone: str,
+    after: datetime,
+    horizon: datetime,
+    dst: DstPolicy = _HOUR_FIELD_RULE,
 ) -> tuple[tuple[datetime, ...], datetime | None]:
     """The fire times in ``(after, horizon]`` and the first one after ``horizon``, from
     one walk of the schedule. Shared too: the definitions of one expression due at one
     time (a fleet on ``0 * * * *``) cost one computation per pass, not one each."""
     times: list[datetime] = []
-    for instant in compiled(expression, zone).iter_after(after):
+    for instant in compiled(expression, zone, dst).iter_after(after):
         if instant > horizon:
             return tuple(times), instant
         times.append(instant)
@@ -84,6 +94,7 @@ class Due:
     missed_run_policy: MissedRunPolicy
     starting_deadline_seconds: int | None
     overlap_policy: OverlapPolicy = OverlapPolicy.Allow
+    dst: DstPolicy = _HOUR_FIELD_RULE
 
     @classmethod
     def from_record(cls, row: asyncpg.Record) -> Due:
@@ -97,6 +108,10 @@ class Due:
             missed_run_policy=MissedRunPolicy(row["missed_run_policy"] or "run_once"),
             starting_deadline_seconds=row["starting_deadline_seconds"],
             overlap_policy=OverlapPolicy(row["overlap_policy"] or OverlapPolicy.Allow),
+            dst=DstPolicy(
+                DstRepeated(row["dst_repeated"]) if row["dst_repeated"] else None,
+                DstSkipped(row["dst_skipped"]) if row["dst_skipped"] else None,
+            ),
         )
 
     @property
@@ -154,11 +169,11 @@ def plan(
     horizon = now + lookahead
     if due.cron is None:  # one-off runAt: once, however late
         return Plan((due.next_due_at,), None, None)
-    schedule = compiled(due.cron, due.time_zone)
+    schedule = compiled(due.cron, due.time_zone, due.dst)
     first = due.next_due_at  # always a fire time of the schedule
     cutoff = now - grace
     if first > cutoff:
-        upcoming, next_due = fire_times(due.cron, due.time_zone, first, horizon)
+        upcoming, next_due = fire_times(due.cron, due.time_zone, first, horizon, due.dst)
         return Plan((first, *upcoming), next_due, None)
     policy = due.missed_run_policy
     dropped: int | None = None
@@ -171,7 +186,7 @@ def plan(
         kept, later = latest_before(schedule, first, cutoff, run_all_cap)
         missed = [first, *kept][-run_all_cap:]
         dropped = later + 1 - len(missed)
-    upcoming, next_due = fire_times(due.cron, due.time_zone, cutoff, horizon)
+    upcoming, next_due = fire_times(due.cron, due.time_zone, cutoff, horizon, due.dst)
     return Plan((*missed, *upcoming), next_due, dropped, len(missed))
 
 

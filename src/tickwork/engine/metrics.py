@@ -104,6 +104,13 @@ class Metrics:
             ["tickwork_job", "priority"],
             registry=self.registry,
         )
+        self.auto_paused = Counter(
+            "tickwork_jobs_auto_paused",
+            "Jobs paused by tickwork after spec.pauseAfterFailures consecutive dead runs, "
+            "per job (counted by the scheduler that owns the shard, from its audit log).",
+            ["tickwork_job"],
+            registry=self.registry,
+        )
         self.ready_runs = Gauge(
             "tickwork_ready_runs",
             "Ready runs waiting for a worker, per shard, tenant, queue and priority.",
@@ -115,6 +122,13 @@ class Metrics:
             "Age of the oldest ready run (now minus its ready time), per shard, tenant, "
             "queue and priority.",
             ["shard", "tenant", "queue", "priority"],
+            registry=self.registry,
+        )
+        self.queue_paused = Gauge(
+            "tickwork_queue_paused",
+            "1 while the tenant's queue is paused (no run of it is leased), as the shards "
+            "this scheduler owns hold it; absent otherwise.",
+            ["tenant", "queue"],
             registry=self.registry,
         )
         self.canary_lag = Gauge(
@@ -131,6 +145,7 @@ class Metrics:
             registry=self.registry,
         )
         self._backlog_series: dict[int, set[tuple[str, str, str, str]]] = {}
+        self._paused_series: set[tuple[str, str]] = set()
         self._canary_series: set[int] = set()
         self.canaries = Counter(
             "tickwork_canary_runs",
@@ -258,6 +273,15 @@ class Metrics:
             buckets=_HTTP_BUCKETS,
             registry=self.registry,
         )
+        # --- The dispatcher's tokens file, read again when it changes ---
+        self.tokens_reloads = Counter(
+            "tickwork_tokens_file_reloads",
+            "Changes of the tokens file the dispatcher saw, by result: loaded (its tokens "
+            "serve now) or failed (it did not load: the tokens read before still serve, "
+            "the log says why).",
+            ["result"],
+            registry=self.registry,
+        )
         # --- Overlap policies of scheduled fires (the scheduler's due flip decides them) ---
         self.overlap_runs = Counter(
             "tickwork_overlap_runs",
@@ -270,6 +294,24 @@ class Metrics:
         )
         for action in ("skipped", "replaced"):
             self.overlap_runs.labels(OTHER_JOBS, action)
+        # --- Flow control (docs/flow-control.md) ---
+        self.runs_held_back = Gauge(
+            "tickwork_runs_held_back",
+            "Ready runs of a job that its limit holds back now (their concurrency bucket "
+            "full, or their rate window used up), per job (opted-in jobs; the rest under "
+            "_other) and limit: concurrency or rate (read by the scheduler that owns the "
+            "shard).",
+            ["tickwork_job", "limit"],
+            registry=self.registry,
+        )
+        self._held_back_series: dict[int, dict[tuple[str, str], int]] = {}
+        self.queue_rate_limited = Counter(
+            "tickwork_queue_rate_limited",
+            "Claims a queue's rate limit (--queue-rate-limit) cut short: the window "
+            "granted fewer runs than the worker asked for, and all were used, per queue.",
+            ["queue"],
+            registry=self.registry,
+        )
         register_process_collectors(self.registry)
         self._initialise_known_series()
 
@@ -283,6 +325,7 @@ class Metrics:
             self.start_lag.labels(priority)
             for counter in (self.job_leases, self.lease_expiries, self.dead_runs):
                 counter.labels(OTHER_JOBS, priority)
+        self.auto_paused.labels(OTHER_JOBS)
         for step in ("materialised", "promoted", "skipped", "reaped"):
             self.scheduler_rows.labels(step)
         for kind in ("outage", "error"):
@@ -303,9 +346,39 @@ class Metrics:
             self.oldest_ready.remove(*gone)
         self._backlog_series[shard] = seen
 
+    def set_paused_queues(self, paused: set[tuple[str, str]]) -> None:
+        """Replace the paused-queue gauges with ``(tenant, queue)`` pairs (every shard
+        holds every pause: any shard's copy is the whole set)."""
+        for tenant, queue in paused:
+            self.queue_paused.labels(tenant, queue).set(1)
+        for gone in self._paused_series - paused:
+            with contextlib.suppress(KeyError):
+                self.queue_paused.remove(*gone)
+        self._paused_series = set(paused)
+
+    def set_held_back(self, shard: int, held: Iterable[tuple[str, str, str, int]]) -> None:
+        """Replace a shard's part of the held-back gauges with ``(tenant, job, limit,
+        runs)`` rows. Jobs of several shards may share a label (``_other``): each
+        series is the sum of the shards' parts, and goes when it falls to nothing."""
+        part: dict[tuple[str, str], int] = {}
+        for tenant, job, limit, runs in held:
+            key = (self.job_label(tenant, job), limit)
+            part[key] = part.get(key, 0) + runs
+        touched = set(part) | set(self._held_back_series.get(shard, {}))
+        self._held_back_series[shard] = part
+        for key in touched:
+            total = sum(parts.get(key, 0) for parts in self._held_back_series.values())
+            if total:
+                self.runs_held_back.labels(*key).set(total)
+            else:
+                with contextlib.suppress(KeyError):
+                    self.runs_held_back.remove(*key)
+
     def forget_shard(self, shard: int) -> None:
         """Drop a shard's gauges: another replica owns it now and reports them."""
         self.set_backlog(shard, ())
+        self.set_held_back(shard, ())
+        self._held_back_series.pop(shard, None)
         if shard in self._canary_series:
             for gauge in (self.canary_lag, self.canary_missed):
                 with contextlib.suppress(KeyError):

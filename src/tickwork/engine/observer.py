@@ -1,6 +1,7 @@
 """What the scheduler reports about each shard it owns: the canary (enqueued every
 minute, judged), the ready backlog per queue and the age of its oldest run, and the
-runs that went dead. The scheduler calls ``observe`` in its pass over a shard; the
+runs that went dead and the jobs paused after them (``pauseAfterFailures``). The
+scheduler calls ``observe`` in its pass over a shard; the
 reads run at most every ``interval`` seconds, the canary once a minute.
 
 Dead runs are counted from the shard's history, not where they die (a completion on
@@ -19,7 +20,7 @@ from typing import Final
 from tickwork.core.spec import Priority
 from tickwork.engine import canary
 from tickwork.engine.metrics import Metrics
-from tickwork.store import observe
+from tickwork.store import observe, queues
 from tickwork.store.database import Connection
 
 SETTLE: Final = timedelta(seconds=10)
@@ -53,6 +54,7 @@ class ShardObserver:
         if state.observed_at is not None and now - state.observed_at < self.interval:
             return
         state.observed_at = now
+        self.metrics.set_paused_queues(await queues.all_paused(conn))
         backlog = await observe.ready_backlog(conn, now)
         self.metrics.set_backlog(
             shard,
@@ -67,6 +69,8 @@ class ShardObserver:
                 for b in backlog
             ],
         )
+        held = await observe.held_back(conn, now)
+        self.metrics.set_held_back(shard, [(h.tenant, h.job, h.limit, h.runs) for h in held])
         until = now - SETTLE
         after = state.dead_until or until
         if until > after:
@@ -74,6 +78,8 @@ class ShardObserver:
                 label = self.metrics.job_label(dead.tenant, dead.job)
                 priority = Priority.from_rank(dead.priority).value
                 self.metrics.dead_runs.labels(label, priority).inc(dead.count)
+            for tenant, job, times in await observe.auto_paused_between(conn, after, until):
+                self.metrics.auto_paused.labels(self.metrics.job_label(tenant, job)).inc(times)
         state.dead_until = until
         if self.canary:
             status = await canary.status(conn, now, state.since)

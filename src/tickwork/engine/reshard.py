@@ -328,6 +328,8 @@ class Resharder:
         source, target = self._pair(number)
         moves = ShardMoves(number, target.number)
         async with self._connected(source) as src, self._connected(target) as dst:
+            # First: the new shard's claims must skip a paused queue from its first run.
+            await reshard.copy_paused_queues(src, dst)
             async for tenant, job in self._jobs(src):
                 moves.jobs_seen += 1
                 if self._moves(tenant, job):

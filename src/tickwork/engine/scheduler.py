@@ -38,7 +38,7 @@ from tickwork.core import backoff
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.spec import Priority
 from tickwork.core.testsignal import Signals, TestSignal
-from tickwork.engine import jobs, materialiser
+from tickwork.engine import jobs, materialiser, operations
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.observer import ShardObserver
 from tickwork.store import epochs, outages, retention, sweeps
@@ -60,13 +60,20 @@ class TickReport:
     reaped: int = 0
     # Runs an overlapPolicy Replace stopped (cancelled, or asked to stop).
     replaced: int = 0
+    # Runs bulk operations acted on (replayed, discarded, cancelled).
+    operated: int = 0
     # Seconds until this shard's next waiting run is due (None: nothing waiting).
     next_due_in: float | None = None
 
     @property
     def changed(self) -> bool:
         return bool(
-            self.materialised or self.promoted or self.skipped or self.reaped or self.replaced
+            self.materialised
+            or self.promoted
+            or self.skipped
+            or self.reaped
+            or self.replaced
+            or self.operated
         )
 
 
@@ -124,6 +131,8 @@ class Scheduler:
         retry_base_seconds: float = 0.25,
         retry_max_seconds: float = 5.0,
         stall_seconds: float = 10.0,
+        operations_batch: int = operations.DEFAULT_BATCH,
+        operations_budget_seconds: float = operations.DEFAULT_BUDGET_SECONDS,
         takeover_wait_seconds: float = 1.0,
         before_write: Callable[[int, str], None] | None = None,
         observer: ShardObserver | None = None,
@@ -148,6 +157,10 @@ class Scheduler:
         # mid-way) is ended by the server, so a takeover does not wait on it for long.
         self.stall_seconds = stall_seconds
         self.takeover_wait_seconds = takeover_wait_seconds
+        # Bulk operations: runs per batch (one transaction), and seconds of batches per
+        # pass and shard, so a large operation never holds the shard's pass up.
+        self.operations_batch = operations_batch
+        self.operations_budget_seconds = operations_budget_seconds
         # Called before each transaction with (shard, step): fault-injection tests
         # pause the process there, the widest window a pause can hit.
         self.before_write = before_write
@@ -236,6 +249,19 @@ class Scheduler:
         if not report.took_over:
             report.reaped = await self._reap(conn, shard, term, fence)
         report.next_due_in = await sweeps.seconds_until_next_due(conn, now)
+        self._guard(shard, term, "operations")
+        worked = await operations.work(
+            conn,
+            now,
+            fence=fence,
+            batch=self.operations_batch,
+            budget_seconds=self.operations_budget_seconds,
+            before_batch=lambda: self._guard(shard, term, "operations"),
+        )
+        report.operated = worked.acted
+        if worked.more:
+            # A bulk operation is under way: the next pass comes soon, not in a second.
+            report.next_due_in = 0.0
         await self._maintain(conn, shard, term, fence)
         if self.observer is not None:
             self._guard(shard, term, "observe")

@@ -146,9 +146,10 @@ def _structural(
             result["required"] = list(node["required"])
         if default is not None:
             result["default"] = default
-        elif properties and all("default" in child for child in properties.values()):
+        elif properties and all(child.get("default") is not None for child in properties.values()):
             # Every field has a default: an absent object is the all-default one, and the
-            # API server fills it in, as the model does.
+            # API server fills it in, as the model does. (A field whose default is null is
+            # absent: an object of such fields, schedule.dst, stays absent too.)
             result["default"] = {}
     elif not node.get("type"):  # JsonValue: any JSON at all
         if description:
@@ -166,6 +167,8 @@ def _structural(
             if bound in node:
                 result[plain] = node[bound]
                 result[bound] = True
+        if node.get("type") == "array" and "items" in node:  # unique.states
+            result["items"] = _structural(node["items"], defs, (*path, "items"))
     rules = _RULES.get(path)
     if rules:
         result["x-kubernetes-validations"] = copy.deepcopy(rules)
@@ -311,6 +314,14 @@ def status_schema() -> dict[str, Any]:
                 "type": "string",
                 "description": "A container job's (spec.jobTemplate): the name of the Job "
                 "of its latest attempt, in this namespace (kubectl get job NAME).",
+            },
+            "pausedReason": {
+                "type": "string",
+                "description": "Set while tickwork keeps the job paused after "
+                "spec.pauseAfterFailures consecutive dead runs (spec.paused may still say "
+                "false): how many, the last dead run and its error. Resuming the job "
+                "(tickwork jobs resume, the dashboard, POST /v1/jobs/{name}:resume) or "
+                "changing its spec ends it.",
             },
             KOPF_FIELD: {
                 "type": "object",

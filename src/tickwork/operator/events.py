@@ -1,7 +1,8 @@
 """The Events the operator posts on ScheduledJobs, and their rate limit.
 
 ``Normal Scheduled`` (a spec stored), ``Warning InvalidSpec``, ``Warning RunDead`` (a
-run reached the dead-letter queue) and ``Normal MissedRunsCaughtUp``. Events are
+run reached the dead-letter queue), ``Warning AutoPaused`` (``spec.pauseAfterFailures``
+paused the job) and ``Normal MissedRunsCaughtUp``. Events are
 posted in the background from a bounded queue: a slow or failing API server delays
 no handler and no status write, and an Event that cannot be posted is logged and
 dropped (Events are best effort, as in every controller).
@@ -36,9 +37,10 @@ class Reason(enum.StrEnum):
     invalid_spec = "InvalidSpec"
     run_dead = "RunDead"
     missed_runs_caught_up = "MissedRunsCaughtUp"
+    auto_paused = "AutoPaused"
 
 
-WARNINGS: Final = frozenset({Reason.invalid_spec, Reason.run_dead})
+WARNINGS: Final = frozenset({Reason.invalid_spec, Reason.run_dead, Reason.auto_paused})
 
 
 class Poster(Protocol):

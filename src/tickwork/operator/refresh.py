@@ -7,8 +7,10 @@ the fields that differ. A quiet interval writes nothing; activity on ten jobs wr
 about ten patches, whatever the number of objects. There is no timer per object.
 
 It also posts the Events that runs cause: ``RunDead`` when ``deadRuns`` grows (at most
-one per job per minute, counting the runs) and ``MissedRunsCaughtUp`` when a catch-up
-inserted missed runs.
+one per job per minute, counting the runs), ``AutoPaused`` when tickwork paused the job
+after ``spec.pauseAfterFailures`` consecutive dead runs (and rewrites its Ready
+condition: reason ``Paused``, the last error in the message), and
+``MissedRunsCaughtUp`` when a catch-up inserted missed runs.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class StatusPass:
         self._again: dict[int, set[tuple[str, str]]] = {}
         self._caught_up: dict[Key, int] = {}
         self._dead: dict[Key, int] = {}
+        self._auto_paused: dict[Key, str] = {}  # the AutoPaused Event last posted, per job
         # Test signals: the count and the moment of every finished pass.
         self.passes = 0
         self.passed = asyncio.Event()
@@ -154,7 +157,11 @@ class StatusPass:
             return  # not served here, gone, or going: nothing to show it on
         current = seen.status
         self._announce(key, job, current, report)
-        patch = status.changes(current, status.run_fields(job))
+        wanted = status.run_fields(job)
+        conditions = status.paused_conditions(current, job, self.events.clock())
+        if conditions is not None:
+            wanted["conditions"] = conditions
+        patch = status.changes(current, wanted)
         if not patch:
             return
         try:
@@ -188,6 +195,17 @@ class StatusPass:
                 seen.reference, Reason.run_dead, run_dead_message(count, job.dead_runs)
             )
             report.events += 1
+        reason = status.paused_reason(job)
+        if reason is not None and reason not in (
+            current.get("pausedReason"),
+            self._auto_paused.get(key),
+        ):
+            self.events.record(seen.reference, Reason.auto_paused, reason)
+            report.events += 1
+        if reason is None:
+            self._auto_paused.pop(key, None)
+        else:
+            self._auto_paused[key] = reason
         before = self._caught_up.get(key)
         self._caught_up[key] = job.missed_caught_up
         if before is not None and job.missed_caught_up > before:

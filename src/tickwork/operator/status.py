@@ -27,6 +27,7 @@ RUN_FIELDS: Final = (
     "missedRunsDropped",
     "overlapSkipped",
     "lastJobName",
+    "pausedReason",
 )
 
 
@@ -104,7 +105,47 @@ def run_fields(status: JobStatus) -> dict[str, Any]:
     if status.last_job_name is not None:
         # Kept while a new run waits for its first attempt: the last Job there was.
         fields["lastJobName"] = status.last_job_name
+    fields["pausedReason"] = paused_reason(status)
     return fields
+
+
+def paused_reason(status: JobStatus) -> str | None:
+    """Why tickwork keeps the job paused (spec.pauseAfterFailures), or None."""
+    if not status.paused or status.paused_reason is None:
+        return None
+    return status.paused_reason.message(status.shard)
+
+
+def _stored_reason(status: JobStatus) -> tuple[Reason, str]:
+    auto = paused_reason(status)
+    if auto is not None:
+        return Reason.paused, (
+            f"stored in shard {status.shard}; {auto}. Resume it (tickwork jobs resume, "
+            "the dashboard) or change the spec"
+        )
+    if status.paused:
+        return Reason.paused, f"stored in shard {status.shard}; paused: no new runs"
+    return Reason.scheduled, f"stored in shard {status.shard}"
+
+
+def paused_conditions(
+    current: Mapping[str, Any] | None, status: JobStatus, now: datetime
+) -> list[Any] | None:
+    """The conditions with Ready rewritten for a pause or resume the status pass saw
+    (tickwork paused the job, or it was resumed), or None when nothing changes. Only a
+    stored spec's Ready (True) is rewritten: InvalidSpec and StoreUnavailable are the
+    handlers' to clear, for the generation they judge."""
+    held = None
+    for condition in (current or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == READY:
+            held = condition
+    if held is None or held.get("status") != "True":
+        return None
+    reason, message = _stored_reason(status)
+    if held.get("reason") == reason.value and held.get("message") == message:
+        return None
+    condition = ready_condition(current, reason, message, held.get("observedGeneration"), now)
+    return with_condition(current, condition)
 
 
 def stored(
@@ -115,10 +156,7 @@ def stored(
 ) -> dict[str, Any]:
     """The whole status of an object whose spec is stored: Ready, the generation and
     shard it is stored at, and what its runs say."""
-    if status.paused:
-        reason, message = Reason.paused, f"stored in shard {status.shard}; paused: no new runs"
-    else:
-        reason, message = Reason.scheduled, f"stored in shard {status.shard}"
+    reason, message = _stored_reason(status)
     condition = ready_condition(current, reason, message, generation, now)
     return {
         "conditions": with_condition(current, condition),

@@ -15,6 +15,7 @@ DEAD_RUNS: Final = queries.get("dead_runs")
 REPLAY_DEAD: Final = queries.get("replay_dead")
 DISCARD_DEAD: Final = queries.get("discard_dead")
 RUN_BY_ID: Final = queries.get("run_by_id")
+WAS_REPLAYED: Final = queries.get("was_replayed")
 
 
 async def list_dead(
@@ -44,6 +45,10 @@ async def replay(
         await runs.require_visible(conn, shard, run_id, scope)
         row = await conn.fetchrow(REPLAY_DEAD, run_id, now)
         if row is None:
+            # The endpoint is idempotent: the same call again (a client that lost the
+            # first answer) gets the run it revived, as it is now.
+            if await conn.fetchval(WAS_REPLAYED, run_id):
+                return await runs.get(conn, shard, run_id, scope)
             raise await _refusal(conn, shard, run_id, "replay")
         await runs.audit(conn, row["tenant"], row["job"], run_id, "replay", actor, None, now)
         await runs.notify_ready(conn, [row["queue"]])
@@ -63,6 +68,9 @@ async def discard(
         await runs.require_visible(conn, shard, run_id, scope)
         row = await conn.fetchrow(DISCARD_DEAD, run_id, now)
         if row is None:
+            found = await runs.get(conn, shard, run_id, scope)
+            if found.state is State.discarded:
+                return found  # discarded already: the same answer again
             raise await _refusal(conn, shard, run_id, "discard")
         await runs.audit(conn, row["tenant"], row["job"], run_id, "discard", actor, None, now)
     return Run.from_record(shard, row)

@@ -36,13 +36,16 @@ from tickwork.store.runs import notify_ready
 
 CLAIM: Final = queries.get("claim")
 CLAIM_ONE_HEAD: Final = queries.get("claim_one_head")
+CLAIM_LIMITED: Final = queries.get("claim_limited")
 GENERIC_PLAN: Final = queries.get("generic_plan")
-LOCK_JOBS: Final = queries.get("lock_jobs")
-OVER_LIMIT: Final = queries.get("over_limit")
+LOCK_FLOW: Final = queries.get("lock_flow")
+FLOW_STRATEGIES: Final = queries.get("flow_strategies")
 HEARTBEAT: Final = queries.get("heartbeat")
 COMPLETE_SUCCEEDED: Final = queries.get("complete_succeeded")
 LOCK_LEASED: Final = queries.get("lock_leased")
 RECORD_FAILURES: Final = queries.get("record_failures")
+RECORD_SNOOZES: Final = queries.get("record_snoozes")
+LOCK_DEFINITIONS_OF_RUNS: Final = queries.get("lock_definitions_of_runs")
 COMPLETION_OF: Final = queries.get("completion_of")
 RUN_STATE: Final = queries.get("run_state")
 RUN_QUEUES: Final = queries.get("run_queues")
@@ -74,8 +77,6 @@ async def claim(
     arguments = (list(queues), limit, worker_id, now, lease_seconds, tenant)
     rows = await _claim_rows(conn, (shard, tuple(queues), tenant), arguments, shares)
     shares.record(row["priority"] for row in rows)
-    if any(row["concurrency"] for row in rows):
-        rows = await _settle_limits(conn, rows, now)
     rows.sort(key=lambda row: (row["priority"], row["ready_at"], row["id"]))
     return [
         Lease(
@@ -101,10 +102,13 @@ async def claim(
     ]
 
 
-# Per (shard, queues, tenant): whether the last claim found more than one head, so the
-# next one goes straight to the merging claim. Bounded: a key not found costs a probe.
-_MANY_HEADS: dict[tuple[int, tuple[str, ...], str | None], bool] = {}
-_MANY_HEADS_KEPT: Final = 4096
+# Per (shard, queues, tenant): the shape the last claim found, which picks the next
+# claim's statement. Bounded: a key not found costs a probe.
+_ONE_HEAD: Final = 1
+_MANY_HEADS: Final = 2
+_LIMITED: Final = 3
+_SHAPES: dict[tuple[int, tuple[str, ...], str | None], int] = {}
+_SHAPES_KEPT: Final = 4096
 
 
 async def _claim_rows(
@@ -114,19 +118,76 @@ async def _claim_rows(
     shares: fairness.PriorityShares,
 ) -> list[asyncpg.Record]:
     """The leased rows: through ``claim_one_head`` while one head holds all the ready
-    work (the common case of one team's backlog, and every idle poll), else through the
-    merging ``claim``. Each answers how many heads it saw, which picks the next claim's
-    statement; a wrong guess costs one short statement, only when the shape changes."""
-    if not _MANY_HEADS.get(key, False):
+    work (the common case of one team's backlog, and every idle poll), through the
+    merging ``claim`` when there are several, and through ``_claim_limited`` (a
+    transaction holding the flow buckets' locks) while runs with flow control are
+    ready. Each statement answers the shape it saw, which picks the next claim's; a
+    wrong guess costs one short statement, only when the shape changes."""
+    shape = _SHAPES.get(key, _ONE_HEAD)
+    if shape == _ONE_HEAD:
         rows = await _fetch(conn, CLAIM_ONE_HEAD, *arguments)
         heads = rows[0]["heads"]
         if heads < 2:
-            return [row for row in rows if row["id"] is not None]
-    rows = await _fetch(conn, CLAIM, *arguments, shares.passes, shares.weights, shares.seed())
-    if len(_MANY_HEADS) >= _MANY_HEADS_KEPT:
-        _MANY_HEADS.clear()
-    _MANY_HEADS[key] = rows[0]["heads"] > 1
+            return _leased(rows)
+        shape = heads
+    if shape == _MANY_HEADS:
+        plain = await _fetch(conn, CLAIM, *arguments, shares.passes, shares.weights, shares.seed())
+        if not plain[0]["limited"]:
+            _remember(key, plain[0])
+            return _leased(plain)
+        # Runs with flow control are ready: the plain claim leased nothing.
+    rows = await _claim_limited(conn, arguments, shares)
+    _remember(key, rows[0])
+    return _leased(rows)
+
+
+def _leased(rows: list[asyncpg.Record]) -> list[asyncpg.Record]:
     return [row for row in rows if row["id"] is not None]
+
+
+def _remember(key: tuple[int, tuple[str, ...], str | None], shape: asyncpg.Record) -> None:
+    if len(_SHAPES) >= _SHAPES_KEPT:
+        _SHAPES.clear()
+    if shape["limited"]:
+        _SHAPES[key] = _LIMITED
+    else:
+        _SHAPES[key] = _MANY_HEADS if shape["heads"] > 1 else _ONE_HEAD
+
+
+async def _claim_limited(
+    conn: Connection, arguments: tuple[Any, ...], shares: fairness.PriorityShares
+) -> list[asyncpg.Record]:
+    """The claim with the flow buckets of the ready limited runs locked (``lock_flow``)
+    in its transaction: the claim statement that follows sees every lease and rate
+    window committed by an earlier holder, so concurrency and rate limits hold exactly
+    across claimers and dispatcher replicas. Keys with a strategy other than Wait have
+    it applied first (``flow_strategies``), under the same locks."""
+    queues, _, _, now, _, tenant = arguments
+    async with conn.transaction():
+        if not getattr(conn, "generic_plans", False):
+            await conn.execute(GENERIC_PLAN)
+        flow = await conn.fetchrow(LOCK_FLOW, queues, tenant)
+        if flow["queues"]:
+            await conn.execute(
+                FLOW_STRATEGIES,
+                flow["queues"],
+                flow["priorities"],
+                flow["tenants"],
+                flow["jobs"],
+                flow["keys"],
+                flow["limits"],
+                flow["strategies"],
+                now,
+            )
+        rows: list[asyncpg.Record] = await conn.fetch(
+            CLAIM_LIMITED,
+            *arguments,
+            shares.passes,
+            shares.weights,
+            shares.seed(),
+            flow["buckets"] or [],
+        )
+    return rows
 
 
 async def _fetch(conn: Connection, query: str, *arguments: Any) -> list[asyncpg.Record]:
@@ -141,49 +202,6 @@ async def _fetch(conn: Connection, query: str, *arguments: Any) -> list[asyncpg.
         await conn.execute(GENERIC_PLAN)
         rows = await conn.fetch(query, *arguments)
     return rows
-
-
-async def _settle_limits(
-    conn: Connection, rows: list[asyncpg.Record], now: datetime | None
-) -> list[asyncpg.Record]:
-    """Give back what a claim took over a job's concurrency limit.
-
-    The claim counted the job's leased runs in its own snapshot, so two claimers at
-    once may both have taken the last slot. Here, under a lock per job taken in order,
-    a fresh count sees every committed lease; the excess, newest of this claim first,
-    goes back to ``ready`` with its attempt not counted. The hot path (no limits) never
-    comes here.
-    """
-    limits = {(row["tenant"], row["job"]): row["concurrency"] for row in rows if row["concurrency"]}
-    jobs = sorted(limits)
-    released: set[int] = set()
-    async with conn.transaction():
-        await conn.execute(LOCK_JOBS, [f"{tenant}/{job}" for tenant, job in jobs])
-        over = await conn.fetch(
-            OVER_LIMIT,
-            [tenant for tenant, _ in jobs],
-            [job for _, job in jobs],
-            [limits[key] for key in jobs],
-        )
-        for excess in over:
-            mine = sorted(
-                (
-                    row
-                    for row in rows
-                    if (row["tenant"], row["job"]) == (excess["tenant"], excess["job"])
-                ),
-                key=lambda row: (row["priority"], row["ready_at"], row["id"]),
-            )
-            give_back = mine[len(mine) - min(excess["excess"], len(mine)) :]
-            if give_back:
-                await conn.execute(
-                    RELEASE,
-                    [row["id"] for row in give_back],
-                    [row["fencing_token"] for row in give_back],
-                    now,
-                )
-                released.update(row["id"] for row in give_back)
-    return [row for row in rows if row["id"] not in released]
 
 
 async def heartbeat(
@@ -238,12 +256,16 @@ async def complete(
 
     Succeeded runs end in one statement. Failed runs go to ``retry_wait`` with a
     full-jitter backoff, or to ``dead`` when attempts are spent or the error is not
-    retryable. A run whose cancel was requested ends ``cancelled``. Repeating a
-    completion with the same token answers what the first one did.
+    retryable. Snoozed runs wait in ``retry_wait`` for their delay with their attempt
+    given back, up to ``limits.MAX_SNOOZES`` snoozes a run; past that a snooze is a
+    failed attempt (``snooze-limit``). A run whose cancel was requested ends
+    ``cancelled``. Repeating a completion with the same token answers what the first
+    one did.
     """
     found: dict[tuple[int, int], Completed] = {}
     succeeded = [c for c in completions if c.outcome is Outcome.succeeded]
-    failed = [c for c in completions if c.outcome is Outcome.failed]
+    # Failures and snoozes share a transaction: both lock their runs first.
+    failed = [c for c in completions if c.outcome is not Outcome.succeeded]
     for batch in _rounds(succeeded):
         # One statement, its own transaction: the hot path needs no BEGIN/COMMIT.
         rows = await conn.fetch(
@@ -268,10 +290,25 @@ async def complete(
                 ):
                     locked[row["id"]] = row
             by_key = {(c.id, c.fencing_token): c for c in failed}
-            failures = [
-                _worker_failure(row, by_key[(row["id"], row["fencing_token"])], rng)
-                for row in locked.values()
-            ]
+            failures: list[Failure] = []
+            snoozes: list[tuple[int, int, float]] = []  # (id, token, delay)
+            for row in locked.values():
+                completion = by_key[(row["id"], row["fencing_token"])]
+                if completion.outcome is Outcome.failed:
+                    failures.append(_worker_failure(row, completion, rng))
+                elif row["cancel_requested"] or row["snoozes"] >= limits.MAX_SNOOZES:
+                    failures.append(_snooze_refused(row, rng))
+                else:
+                    snoozes.append((row["id"], row["fencing_token"], completion.delay_seconds))
+            if snoozes:
+                rows = await conn.fetch(
+                    RECORD_SNOOZES,
+                    [run_id for run_id, _, _ in snoozes],
+                    [token for _, token, _ in snoozes],
+                    [delay for _, _, delay in snoozes],
+                    now,
+                )
+                _collect(found, rows)
             if failures:
                 _collect(found, await record_failures(conn, failures, now))
     results: list[Completed | TickworkError] = []
@@ -349,10 +386,37 @@ def _worker_failure(
     return failure(row, error, completion.retryable, "failed", rng)
 
 
+# The ``reason`` of the error of a snooze refused: past the limit, it failed the attempt.
+SNOOZE_LIMIT: Final = "snooze-limit"
+
+
+def _snooze_refused(row: asyncpg.Record, rng: random.Random | None) -> Failure:
+    """A snooze that cannot be: the run was asked to stop (it ends ``cancelled``), or it
+    snoozed ``limits.MAX_SNOOZES`` times already (the attempt counts as failed, and the
+    run is retried or dead as after any retryable failure)."""
+    if row["cancel_requested"]:
+        error = {"message": "snoozed while its cancel was requested", "retryable": True}
+    else:
+        error = {
+            "message": f"snoozed {row['snoozes']} times, the most a run may "
+            f"({limits.MAX_SNOOZES}): this snooze counts as a failed attempt",
+            "reason": SNOOZE_LIMIT,
+            "retryable": True,
+        }
+    error["attempt"] = row["attempt"]
+    return failure(row, error, True, "failed", rng)
+
+
 async def record_failures(
     conn: Connection, failures: Sequence[Failure], now: datetime | None
 ) -> list[asyncpg.Record]:
-    """Apply the decided outcomes of failed attempts (rows locked by the caller)."""
+    """Apply the decided outcomes of failed attempts (rows locked by the caller, in its
+    transaction). A job whose run ends dead has its definition locked first: its streak
+    of dead runs counts it, and ``spec.pauseAfterFailures`` may pause the job in the
+    same statement (with its reason and an audit entry)."""
+    dead = [f.id for f in failures if f.decision.state is State.dead]
+    if dead:
+        await conn.execute(LOCK_DEFINITIONS_OF_RUNS, dead)
     rows: list[asyncpg.Record] = await conn.fetch(
         RECORD_FAILURES,
         [f.id for f in failures],
@@ -372,7 +436,10 @@ _STATES: Final = {state.value: state for state in State}
 def _collect(found: dict[tuple[int, int], Completed], rows: Sequence[asyncpg.Record]) -> None:
     for row in rows:
         found[(row["run_id"], row["fencing_token"])] = Completed(
-            row["run_id"], _STATES[row["result_state"]], row["next_attempt_at"]
+            row["run_id"],
+            _STATES[row["result_state"]],
+            row["next_attempt_at"],
+            bool(row.get("snoozed", False)),
         )
 
 
@@ -382,7 +449,7 @@ async def _earlier_completion(
     row = await conn.fetchrow(COMPLETION_OF, run_id, fencing_token)
     if row is None:
         return None
-    return Completed(run_id, State(row["result_state"]), row["next_attempt_at"])
+    return Completed(run_id, State(row["result_state"]), row["next_attempt_at"], row["snoozed"])
 
 
 async def _refusal(conn: Connection, shard: int, run_id: int, scope: Scope) -> TickworkError:

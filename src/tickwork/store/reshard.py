@@ -29,6 +29,8 @@ MARK_CHANGED: Final = queries.get("reshard_mark_changed")
 FORGET_JOB: Final = queries.get("reshard_forget_job")
 TENANT_BUCKETS: Final = queries.get("reshard_tenant_buckets")
 PUT_BUCKET: Final = queries.get("reshard_put_bucket")
+PAUSED_QUEUES: Final = queries.get("reshard_paused_queues")
+PUT_PAUSED_QUEUE: Final = queries.get("reshard_put_paused_queue")
 FORGET_BUCKET: Final = queries.get("reshard_forget_bucket")
 NEXT_IDS: Final = queries.get("reshard_next_ids")
 RAISE_IDS: Final = queries.get("reshard_raise_ids")
@@ -50,6 +52,7 @@ JOB_TABLES: Final = (
     ("finished_runs", queries.get("reshard_copy_finished_runs")),
     ("attempts", queries.get("reshard_copy_attempts")),
     ("run_keys", queries.get("reshard_copy_run_keys")),
+    ("enqueue_keys", queries.get("reshard_copy_enqueue_keys")),
     ("audit_log", queries.get("reshard_copy_audit_log")),
 )
 
@@ -57,9 +60,15 @@ JOB_TABLES: Final = (
 # the shard, which changed); the tenant's enqueue bucket moves by tenant.
 JOB_MARKS: Final = ("changed_jobs",)
 TENANT_TABLES: Final = ("enqueue_buckets",)
-# What each shard keeps for itself: never moved.
+# Copied whole to each new shard: every shard holds all of it.
+REPLICATED_TABLES: Final = ("queue_pauses",)
+# What each shard keeps for itself: never moved. A moved job's or queue's rate window
+# (rate_windows) starts afresh where it lands: at most one period's leases more, once.
+# A bulk operation's part (operations) acts on the runs its shard held when it began.
 SHARD_TABLES: Final = (
     "moved_runs",
+    "operations",
+    "rate_windows",
     "reshard_journal",
     "scheduler_members",
     "schema_version",
@@ -210,6 +219,16 @@ async def put_bucket(conn: Connection, bucket: Bucket) -> None:
 
 async def forget_bucket(conn: Connection, tenant: str) -> None:
     await conn.execute(FORGET_BUCKET, tenant)
+
+
+async def copy_paused_queues(source: Connection, target: Connection) -> int:
+    """Give ``target`` (a new shard) every paused queue ``source`` holds."""
+    rows = await source.fetch(PAUSED_QUEUES)
+    await target.executemany(
+        PUT_PAUSED_QUEUE,
+        [(row["tenant"], row["queue"], row["paused_at"], row["actor"]) for row in rows],
+    )
+    return len(rows)
 
 
 async def next_ids(conn: Connection) -> Ids:

@@ -24,7 +24,7 @@ from typing import Final
 
 import asyncpg
 
-from tickwork.store import clock, epochs, queries
+from tickwork.store import clock, enqueue_keys, epochs, queries
 from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
@@ -169,6 +169,8 @@ async def drop_expired(
             await conn.execute(DELETE_OLD_DEFAULT_ROWS[parent], cutoff_instant)
         if await conn.fetchval(TABLE_EXISTS, "run_keys"):
             await conn.execute(FORGET_OLD_KEYS, cutoff_instant)
+        if await conn.fetchval(TABLE_EXISTS, "enqueue_keys"):
+            await enqueue_keys.forget_old(conn, cutoff_instant)
     return dropped
 
 

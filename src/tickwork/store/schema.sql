@@ -16,6 +16,11 @@
 -- migration 0012_lease_indexes
 -- migration 0013_definition_run_fields
 -- migration 0014_overlap_policy
+-- migration 0015_snooze_and_auto_pause
+-- migration 0016_unique_and_debounce
+-- migration 0017_rate_limits_and_keyed_concurrency
+-- migration 0018_bulk_operations
+-- migration 0019_queue_pauses
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -35,7 +40,7 @@ CREATE TABLE attempts (
     next_attempt_at timestamp with time zone,
     error jsonb
 ) PARTITION BY RANGE (finished_at);
-ALTER TABLE attempts ADD CONSTRAINT attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease-expired'::text, 'cancelled'::text])));
+ALTER TABLE attempts ADD CONSTRAINT attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease-expired'::text, 'cancelled'::text, 'snoozed'::text])));
 CREATE INDEX attempts_run ON ONLY attempts USING btree (run_id, attempt);
 
 CREATE TABLE attempts_default (
@@ -50,7 +55,7 @@ CREATE TABLE attempts_default (
     next_attempt_at timestamp with time zone,
     error jsonb
 ) PARTITION OF attempts DEFAULT;
-ALTER TABLE attempts_default ADD CONSTRAINT attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease-expired'::text, 'cancelled'::text])));
+ALTER TABLE attempts_default ADD CONSTRAINT attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease-expired'::text, 'cancelled'::text, 'snoozed'::text])));
 CREATE INDEX attempts_default_run_id_attempt_idx ON attempts_default USING btree (run_id, attempt);
 
 CREATE TABLE audit_log (
@@ -90,7 +95,9 @@ CREATE TABLE definitions (
     updated_at timestamp with time zone NOT NULL,
     managed_by text,
     missed_caught_up bigint NOT NULL DEFAULT 0,
-    overlap_skipped bigint NOT NULL DEFAULT 0
+    overlap_skipped bigint NOT NULL DEFAULT 0,
+    consecutive_dead integer NOT NULL DEFAULT 0,
+    paused_reason jsonb
 );
 ALTER TABLE definitions ADD CONSTRAINT definitions_managed_by_check CHECK ((managed_by = ANY (ARRAY['kubernetes'::text, 'manifests'::text])));
 ALTER TABLE definitions ADD CONSTRAINT definitions_pkey PRIMARY KEY (tenant, name);
@@ -108,6 +115,17 @@ CREATE TABLE enqueue_buckets (
 );
 ALTER TABLE enqueue_buckets ADD CONSTRAINT enqueue_buckets_pkey PRIMARY KEY (tenant);
 CREATE UNIQUE INDEX enqueue_buckets_pkey ON enqueue_buckets USING btree (tenant);
+
+CREATE TABLE enqueue_keys (
+    tenant text NOT NULL,
+    job text NOT NULL,
+    key text NOT NULL,
+    run_id bigint,
+    taken_at timestamp with time zone NOT NULL
+);
+ALTER TABLE enqueue_keys ADD CONSTRAINT enqueue_keys_pkey PRIMARY KEY (tenant, job, key);
+CREATE UNIQUE INDEX enqueue_keys_pkey ON enqueue_keys USING btree (tenant, job, key);
+CREATE INDEX enqueue_keys_taken ON enqueue_keys USING btree (taken_at);
 
 CREATE TABLE finished_runs (
     id bigint NOT NULL,
@@ -143,6 +161,7 @@ CREATE TABLE finished_runs (
 ALTER TABLE finished_runs ADD CONSTRAINT finished_runs_state_check CHECK ((state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'discarded'::text, 'skipped'::text])));
 CREATE INDEX finished_runs_by_job ON ONLY finished_runs USING btree (tenant, job, id DESC);
 CREATE INDEX finished_runs_dead ON ONLY finished_runs USING btree (tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text);
+CREATE INDEX finished_runs_dead_by_id ON ONLY finished_runs USING btree (tenant, id) WHERE (state = 'dead'::text);
 CREATE INDEX finished_runs_dead_by_job ON ONLY finished_runs USING btree (tenant, job) WHERE (state = 'dead'::text);
 CREATE INDEX finished_runs_id ON ONLY finished_runs USING btree (id);
 
@@ -180,6 +199,7 @@ CREATE TABLE finished_runs_default (
 ALTER TABLE finished_runs_default ADD CONSTRAINT finished_runs_state_check CHECK ((state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'discarded'::text, 'skipped'::text])));
 CREATE INDEX finished_runs_default_id_idx ON finished_runs_default USING btree (id);
 CREATE INDEX finished_runs_default_tenant_finished_at_id_idx ON finished_runs_default USING btree (tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text);
+CREATE INDEX finished_runs_default_tenant_id_idx ON finished_runs_default USING btree (tenant, id) WHERE (state = 'dead'::text);
 CREATE INDEX finished_runs_default_tenant_job_id_idx ON finished_runs_default USING btree (tenant, job, id DESC);
 CREATE INDEX finished_runs_default_tenant_job_idx ON finished_runs_default USING btree (tenant, job) WHERE (state = 'dead'::text);
 
@@ -214,7 +234,13 @@ CREATE TABLE live_runs (
     concurrency integer NOT NULL DEFAULT 0,
     request_fingerprint bytea,
     dry_run boolean NOT NULL DEFAULT false,
-    overlap text
+    overlap text,
+    snoozes integer NOT NULL DEFAULT 0,
+    concurrency_key text,
+    concurrency_strategy text,
+    rate_key text,
+    rate_limit integer,
+    rate_period double precision
 );
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_concurrency_check CHECK ((concurrency >= 0));
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_max_attempts_check CHECK ((max_attempts >= 1));
@@ -224,6 +250,8 @@ ALTER TABLE live_runs ADD CONSTRAINT live_runs_priority_check CHECK (((priority 
 ALTER TABLE live_runs ADD CONSTRAINT live_runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'ready'::text, 'leased'::text, 'retry_wait'::text])));
 CREATE INDEX live_runs_by_job ON live_runs USING btree (tenant, job, id DESC) WHERE (state <> 'leased'::text);
 CREATE INDEX live_runs_claimable ON live_runs USING btree (queue, priority, tenant, ready_at, id) WHERE ((state = 'ready'::text) AND (concurrency = 0));
+CREATE INDEX live_runs_flow ON live_runs USING btree (queue, priority, tenant, job, COALESCE(concurrency_key, ''::text), COALESCE(rate_key, ''::text), ready_at, id) WHERE ((state = 'ready'::text) AND (concurrency > 0));
+CREATE INDEX live_runs_keyed_leased ON live_runs USING btree (tenant, concurrency_key) WHERE ((state = 'leased'::text) AND (concurrency_key IS NOT NULL));
 CREATE INDEX live_runs_leased ON live_runs USING btree (tenant, job, id DESC) WHERE (state = 'leased'::text);
 CREATE INDEX live_runs_limited ON live_runs USING btree (queue, priority, tenant, job, ready_at, id) WHERE ((state = 'ready'::text) AND (concurrency > 0));
 CREATE INDEX live_runs_limited_leased ON live_runs USING btree (tenant, job) WHERE ((state = 'leased'::text) AND (concurrency > 0));
@@ -231,6 +259,7 @@ CREATE INDEX live_runs_overlap_due ON live_runs USING btree (ready_at) WHERE ((s
 CREATE UNIQUE INDEX live_runs_pkey ON live_runs USING btree (id);
 CREATE INDEX live_runs_start_deadline ON live_runs USING btree (start_deadline) WHERE ((start_deadline IS NOT NULL) AND (attempt = 0) AND (state = ANY (ARRAY['scheduled'::text, 'ready'::text])));
 CREATE INDEX live_runs_waiting ON live_runs USING btree (ready_at) WHERE (state = ANY (ARRAY['scheduled'::text, 'retry_wait'::text]));
+CREATE TRIGGER live_runs_flow_fields BEFORE INSERT ON live_runs FOR EACH ROW WHEN ((new.concurrency > 0)) EXECUTE FUNCTION live_runs_flow_fields();
 
 CREATE TABLE moved_runs (
     run_id bigint NOT NULL,
@@ -240,6 +269,45 @@ CREATE TABLE moved_runs (
 ALTER TABLE moved_runs ADD CONSTRAINT moved_runs_pkey PRIMARY KEY (run_id);
 ALTER TABLE moved_runs ADD CONSTRAINT moved_runs_shard_check CHECK ((shard >= 0));
 CREATE UNIQUE INDEX moved_runs_pkey ON moved_runs USING btree (run_id);
+
+CREATE TABLE operations (
+    id text NOT NULL,
+    tenant text NOT NULL,
+    action text NOT NULL,
+    filter jsonb NOT NULL,
+    state text NOT NULL,
+    total bigint NOT NULL,
+    processed bigint NOT NULL DEFAULT 0,
+    cursor bigint NOT NULL DEFAULT 0,
+    actor text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone
+);
+ALTER TABLE operations ADD CONSTRAINT operations_action_check CHECK ((action = ANY (ARRAY['replay'::text, 'discard'::text, 'cancel'::text])));
+ALTER TABLE operations ADD CONSTRAINT operations_pkey PRIMARY KEY (id);
+ALTER TABLE operations ADD CONSTRAINT operations_state_check CHECK ((state = ANY (ARRAY['running'::text, 'done'::text, 'cancelled'::text])));
+CREATE INDEX operations_by_tenant ON operations USING btree (tenant, created_at DESC, id DESC);
+CREATE UNIQUE INDEX operations_pkey ON operations USING btree (id);
+CREATE INDEX operations_running ON operations USING btree (created_at, id) WHERE (state = 'running'::text);
+
+CREATE TABLE queue_pauses (
+    tenant text NOT NULL,
+    queue text NOT NULL,
+    paused_at timestamp with time zone NOT NULL,
+    actor text NOT NULL
+);
+ALTER TABLE queue_pauses ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (tenant, queue);
+CREATE UNIQUE INDEX queue_pauses_pkey ON queue_pauses USING btree (tenant, queue);
+
+CREATE TABLE rate_windows (
+    tenant text NOT NULL,
+    key text NOT NULL,
+    slot timestamp with time zone NOT NULL,
+    leased integer NOT NULL
+);
+ALTER TABLE rate_windows ADD CONSTRAINT rate_windows_pkey PRIMARY KEY (tenant, key, slot);
+CREATE UNIQUE INDEX rate_windows_pkey ON rate_windows USING btree (tenant, key, slot);
 
 CREATE TABLE reshard_journal (
     from_count integer NOT NULL,
@@ -266,7 +334,8 @@ CREATE TABLE run_keys (
     due_at timestamp with time zone,
     idempotency_key text,
     run_id bigint NOT NULL,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    request_fingerprint bytea
 );
 ALTER TABLE run_keys ADD CONSTRAINT run_keys_check CHECK (((due_at IS NOT NULL) OR (idempotency_key IS NOT NULL)));
 CREATE INDEX run_keys_created ON run_keys USING btree (created_at);
@@ -462,3 +531,59 @@ UNION ALL
     finished_runs.concurrency,
     finished_runs.request_fingerprint
    FROM finished_runs;
+
+CREATE OR REPLACE FUNCTION flow_key_value(payload jsonb, pointer text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE WHEN pointer IS NULL THEN ''
+                WHEN length(v) > 128 THEN 'md5:' || md5(v)
+                ELSE v END
+    FROM (SELECT coalesce(
+                     payload #>> ARRAY(SELECT replace(replace(part, '~1', '/'), '~0', '~')
+                                       FROM unnest(string_to_array(substr(pointer, 2), '/'))
+                                            WITH ORDINALITY AS p(part, n)
+                                       ORDER BY n),
+                     '') AS v) AS found
+$function$
+;
+
+CREATE OR REPLACE FUNCTION live_runs_flow_fields()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    spec jsonb;
+BEGIN
+    SELECT d.spec INTO spec FROM definitions AS d
+    WHERE d.tenant = NEW.tenant AND d.name = NEW.job;
+    IF spec ? 'concurrencyKey' THEN
+        NEW.concurrency_key :=
+            coalesce('group/' || (spec #>> '{concurrencyKey,group}'), 'job/' || NEW.job)
+            || chr(31)
+            || flow_key_value(NEW.payload, spec #>> '{concurrencyKey,key}');
+        NEW.concurrency_strategy := spec #>> '{concurrencyKey,strategy}';
+    END IF;
+    IF spec ? 'rateLimit' THEN
+        NEW.rate_key := 'job/' || NEW.job || chr(31)
+            || flow_key_value(NEW.payload, spec #>> '{rateLimit,key}');
+        NEW.rate_limit := (spec #>> '{rateLimit,limit}')::integer;
+        NEW.rate_period := (spec #>> '{rateLimit,periodSeconds}')::double precision;
+    END IF;
+    RETURN NEW;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION run_concurrency(spec jsonb)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE WHEN coalesce((spec ->> 'concurrency')::integer, 0) > 0
+                    THEN (spec ->> 'concurrency')::integer
+                WHEN spec ? 'rateLimit' THEN 2147483647
+                ELSE 0 END
+$function$
+;

@@ -29,7 +29,7 @@ from tickwork.worker.client import (
     Problem,
     WorkerClient,
 )
-from tickwork.worker.context import InvalidPayload, NonRetryableError, RunContext
+from tickwork.worker.context import InvalidPayload, NonRetryableError, RunContext, Snooze
 from tickwork.worker.credentials import TokenFile
 from tickwork.worker.handlers import Handler
 from tickwork.worker.results import RunResult
@@ -52,6 +52,7 @@ __all__ = [
     "Problem",
     "RunContext",
     "RunResult",
+    "Snooze",
     "TokenFile",
     "Worker",
     "WorkerClient",

@@ -90,7 +90,9 @@ class Run:
 
     ``attempts`` is filled by ``get_run`` only (None elsewhere). ``created`` is set by
     ``enqueue`` only: True when this call made the run, False when an earlier call with
-    the same idempotency key had (the run answered is that one).
+    the same idempotency key had (the run answered is that one). ``deduplicated`` and
+    ``debounced`` are set on the answer to an enqueue that the job's ``unique`` or
+    ``debounce`` rule answered with a run it had (docs/flow-control.md).
     """
 
     run_id: str
@@ -111,6 +113,8 @@ class Run:
     finished_at: datetime | None
     attempts: tuple[Attempt, ...] | None = None
     created: bool | None = None
+    deduplicated: bool = False
+    debounced: bool = False
 
     @property
     def finished(self) -> bool:
@@ -139,6 +143,8 @@ class Run:
             finished_at=parse_instant(item.get("finishedAt")),
             attempts=None if attempts is None else tuple(Attempt.from_json(a) for a in attempts),
             created=created,
+            deduplicated=item.get("deduplicated") is True,
+            debounced=item.get("debounced") is True,
         )
 
 
@@ -259,8 +265,10 @@ class _Calls:
         key = new_idempotency_key() if idempotency_key is None else idempotency_key
 
         def read(status: int, answer: Any) -> Run:
-            # A made-up key is this call's own: an earlier try of it made the run.
-            return Run.from_json(answer, created=status == 201 or generated)
+            # A made-up key is this call's own: an earlier try of it made the run, unless
+            # the job's rule answered with a run another enqueue made.
+            by_rule = answer.get("deduplicated") is True or answer.get("debounced") is True
+            return Run.from_json(answer, created=status == 201 or (generated and not by_rule))
 
         return _Call(
             "enqueue",

@@ -44,7 +44,7 @@ __all__ = [
     "parse_instant",
 ]
 
-Outcome = Literal["succeeded", "failed"]
+Outcome = Literal["succeeded", "failed", "snoozed"]
 
 _Result = TypeVar("_Result")
 
@@ -115,13 +115,15 @@ class Extended:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One outcome. ``retryable=False`` on a failure sends the run straight to the DLQ."""
+    """One outcome. ``retryable=False`` on a failure sends the run straight to the DLQ;
+    ``snoozed`` puts the run back for ``delay_seconds`` without using an attempt."""
 
     run_id: str
     fencing_token: int
     outcome: Outcome
     message: str | None = None
     retryable: bool = True
+    delay_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -131,6 +133,8 @@ class Completion:
         }
         if self.outcome == "failed":
             body["error"] = {"message": self.message or "failed", "retryable": self.retryable}
+        elif self.outcome == "snoozed":
+            body["delaySeconds"] = self.delay_seconds
         return body
 
 
@@ -237,9 +241,12 @@ class WorkerClient:
         *,
         message: str | None = None,
         retryable: bool = True,
+        delay_seconds: float = 0.0,
     ) -> Completed:
         """``POST /v1/runs/{runId}/complete``; a stale token raises ``ApiError`` (409)."""
-        body = Completion(run_id, fencing_token, outcome, message, retryable).to_json()
+        body = Completion(
+            run_id, fencing_token, outcome, message, retryable, delay_seconds
+        ).to_json()
         del body["runId"]
         answer = await self._post(self._run_url(run_id, "complete"), body)
         return _completed(run_id, answer)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tickwork.core import limits
 from tickwork.worker.client import Lease
 
 
@@ -17,6 +18,22 @@ class NonRetryableError(Exception):
     it for failures that no retry can fix (a malformed payload, a deleted customer).
     Any other exception fails the run as retryable.
     """
+
+
+class Snooze(Exception):
+    """Raise (or return) from a handler to put the run back for ``seconds``.
+
+    The run is leased again once ``seconds`` have passed, without using an attempt
+    (the next lease carries the same ``attempt``) and without a DLQ entry: for a
+    handler that finds it cannot work yet (a resource not ready, a quota used up). A
+    run snoozes at most 1000 times; past that a snooze counts as a failed attempt.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        if not 0 <= seconds <= limits.MAX_SNOOZE_SECONDS:
+            raise ValueError(f"a snooze lasts 0..{limits.MAX_SNOOZE_SECONDS} seconds")
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.seconds = float(seconds)
 
 
 class InvalidPayload(NonRetryableError):

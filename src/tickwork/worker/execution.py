@@ -2,8 +2,9 @@
 a completion.
 
 Returning from the handler is success; ``NonRetryableError`` fails the run for good;
-any other exception fails it as retryable; a handler cancelled by the drain fails it
-as retryable too, so it is retried at once rather than after its lease.
+``Snooze`` (raised or returned) puts it back for a while without using an attempt; any
+other exception fails it as retryable; a handler cancelled by the drain fails it as
+retryable too, so it is retried at once rather than after its lease.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Final
 
 from tickwork.worker import completions, handlers
 from tickwork.worker.client import Completion, Lease, Outcome
-from tickwork.worker.context import NonRetryableError, RunContext
+from tickwork.worker.context import NonRetryableError, RunContext, Snooze
 from tickwork.worker.session import Held, Session
 
 log: Final = logging.getLogger("tickwork.worker")
@@ -51,8 +52,8 @@ def start(session: Session, lease: Lease) -> None:
 @dataclass(frozen=True, slots=True)
 class Performed:
     """What a handler did with a run, as the worker reports it: ``message`` and
-    ``retryable`` for a failure, ``skipped`` for a dry run its handler does not support
-    (reported as succeeded, untouched)."""
+    ``retryable`` for a failure, ``delay_seconds`` for a snooze, ``skipped`` for a dry
+    run its handler does not support (reported as succeeded, untouched)."""
 
     outcome: Outcome
     message: str | None = None
@@ -60,6 +61,7 @@ class Performed:
     error: BaseException | None = None
     returned: object = None
     skipped: bool = False
+    delay_seconds: float = 0.0
 
 
 async def perform(
@@ -87,13 +89,29 @@ async def perform(
         return Performed("succeeded", skipped=True)
     try:
         returned = await handlers.call(calling, context, in_thread)
+    except Snooze as snooze:
+        return _snoozed(context, snooze)
     except NonRetryableError as error:
         _log_failure(context, error, "failed for good (not retryable)")
         return Performed("failed", message_of(error), retryable=False, error=error)
     except Exception as error:
         _log_failure(context, error, "failed")
         return Performed("failed", message_of(error), error=error)
+    if isinstance(returned, Snooze):
+        return _snoozed(context, returned)
     return Performed("succeeded", returned=returned)
+
+
+def _snoozed(context: RunContext, snooze: Snooze) -> Performed:
+    log.info(
+        "run %s (%s, attempt %d) snoozed for %gs",
+        context.run_id,
+        context.job,
+        context.attempt,
+        snooze.seconds,
+        extra={"action": "snoozed", "run_id": context.run_id},
+    )
+    return Performed("snoozed", delay_seconds=snooze.seconds)
 
 
 async def execute(session: Session, held: Held) -> None:
@@ -109,6 +127,7 @@ async def execute(session: Session, held: Held) -> None:
             performed.outcome,
             performed.message,
             performed.retryable,
+            performed.delay_seconds,
         )
     except asyncio.CancelledError:
         completion = failure(context, "worker stopped before the handler finished")

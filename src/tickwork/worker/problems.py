@@ -197,6 +197,13 @@ class ManagedByKubernetes(ApiError):
     slug = errors.ManagedByKubernetes.slug
 
 
+class PreconditionFailed(ApiError):
+    """412: the job changed since its ETag was read (``If-Match``), or exists already
+    (``If-None-Match: *``): read it again and redo the edit."""
+
+    slug = errors.PreconditionFailed.slug
+
+
 class PayloadTooLarge(ApiError):
     """413: a payload over 256 KiB encoded, or a request body over 4 MiB."""
 
@@ -262,6 +269,7 @@ PROBLEM_CLASSES: Final[tuple[type[ApiError], ...]] = (
     ConcurrencyLimit,
     InvalidState,
     ManagedByKubernetes,
+    PreconditionFailed,
     PayloadTooLarge,
     IdempotencyKeyReused,
     QuotaExceeded,

@@ -17,16 +17,17 @@ log: Final = logging.getLogger("tickwork.worker")
 class RunResult:
     """What became of one leased run, reported to ``on_result``.
 
-    ``outcome`` is what the handler did (``dropped``: the lease was lost, so nothing
-    was reported); ``state`` is the API's answer to the completion (``succeeded``,
-    ``retry_wait``, ``dead``, ``cancelled``), or None with ``problem`` set when the
-    completion was refused or could not be delivered.
+    ``outcome`` is what the handler did (``snoozed``: it raised or returned ``Snooze``;
+    ``dropped``: the lease was lost, so nothing was reported); ``state`` is the API's
+    answer to the completion (``succeeded``, ``retry_wait``, ``dead``, ``cancelled``),
+    or None with ``problem`` set when the completion was refused or could not be
+    delivered.
     """
 
     run_id: str
     job: str
     attempt: int
-    outcome: Literal["succeeded", "failed", "dropped"]
+    outcome: Literal["succeeded", "failed", "snoozed", "dropped"]
     message: str | None = None
     retryable: bool = True
     state: str | None = None

@@ -38,20 +38,23 @@ DEFAULT_WORKER_ID = "test-worker"
 class HandlerResult:
     """What became of the run, as the worker would report it.
 
-    ``outcome`` is ``succeeded`` or ``failed``; a failure has the ``message`` the worker
+    ``outcome`` is ``succeeded``, ``failed`` or ``snoozed`` (``delay_seconds`` says
+    for how long: the handler raised or returned ``Snooze``); a failure has the
+    ``message`` the worker
     sends (``"<ExceptionType>: <message>"``), ``retryable`` (False: the run would go to
     the DLQ at once) and the ``error`` raised. ``returned`` is what the handler returned
     (the worker ignores it). ``skipped``: a dry run the worker's handler does not
     support, completed as succeeded without calling it. ``context`` is the run's context.
     """
 
-    outcome: Literal["succeeded", "failed"]
+    outcome: Literal["succeeded", "failed", "snoozed"]
     context: RunContext
     message: str | None = None
     retryable: bool = True
     error: BaseException | None = None
     returned: object = None
     skipped: bool = False
+    delay_seconds: float = 0.0
 
     @property
     def succeeded(self) -> bool:
@@ -60,6 +63,10 @@ class HandlerResult:
     @property
     def failed(self) -> bool:
         return self.outcome == "failed"
+
+    @property
+    def snoozed(self) -> bool:
+        return self.outcome == "snoozed"
 
 
 def make_context(
@@ -239,4 +246,5 @@ async def _perform(
         error=performed.error,
         returned=performed.returned,
         skipped=performed.skipped,
+        delay_seconds=performed.delay_seconds,
     )

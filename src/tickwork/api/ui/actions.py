@@ -19,9 +19,18 @@ from tickwork.api.access import Operation
 from tickwork.api.services import services
 from tickwork.api.ui import sessions, web
 from tickwork.api.ui.pages import job_name, owned_run
-from tickwork.core.errors import Forbidden, InvalidRequest, TickworkError, TooManyAuthFailures
+from tickwork.core import preconditions
+from tickwork.core.errors import (
+    Forbidden,
+    InvalidRequest,
+    PreconditionFailed,
+    TickworkError,
+    TooManyAuthFailures,
+)
 from tickwork.core.records import Run, State
+from tickwork.core.spec import check_queue
 from tickwork.engine.jobs import EnqueueRequest
+from tickwork.engine.queues import Queues
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -151,7 +160,19 @@ async def logout(request: Request) -> Response:
 async def _pause(request: Request, name: str, paused: bool) -> Response:
     async def action(who: web.Viewer, fields: web.Form) -> Response:
         await web.allow(who, Operation.pause_job, job_name(name))
-        await services(request).jobs.set_paused(who.tenant, name, paused, who.actor)
+        # The page's tag: a job changed since it was shown is not acted on blindly (its
+        # new pause may have a reason this page never showed).
+        shown = fields.get("etag")
+        precondition = preconditions.Precondition.of(shown) if shown else preconditions.NONE
+        try:
+            await services(request).jobs.set_paused(
+                who.tenant, name, paused, who.actor, precondition=precondition
+            )
+        except PreconditionFailed as error:
+            raise PreconditionFailed(
+                f"{name} changed since this page was shown: nothing done. Look at it again, "
+                "then pause or resume it."
+            ) from error
         verb = "Paused" if paused else "Resumed"
         return web.redirect(request, _back(fields), ("ok", f"{verb} {name}."))
 
@@ -168,6 +189,37 @@ async def resume(name: str, request: Request) -> Response:
     return await _pause(request, name, False)
 
 
+async def _queue(request: Request, queue: str, paused: bool) -> Response:
+    svc = services(request)
+
+    async def action(who: web.Viewer, fields: web.Form) -> Response:
+        await web.allow(who, Operation.pause_queue, queue)
+        try:
+            check_queue(queue)
+        except ValueError as error:
+            raise InvalidRequest(str(error), field="queue") from error
+        queues = Queues(svc.engine.database, svc.engine.clock)
+        if paused:
+            await queues.pause(who.tenant, queue, who.actor)
+            text = f"Paused queue {queue}: its runs wait until it is resumed."
+        else:
+            await queues.resume(who.tenant, queue, who.actor)
+            text = f"Resumed queue {queue}."
+        return web.redirect(request, _back(fields), ("ok", text))
+
+    return await act(request, action)
+
+
+@router.post("/queues/{queue}/pause")
+async def pause_queue(queue: str, request: Request) -> Response:
+    return await _queue(request, queue, True)
+
+
+@router.post("/queues/{queue}/resume")
+async def resume_queue(queue: str, request: Request) -> Response:
+    return await _queue(request, queue, False)
+
+
 @router.post("/jobs/{name}/enqueue")
 async def enqueue(name: str, request: Request) -> Response:
     svc = services(request)
@@ -180,7 +232,17 @@ async def enqueue(name: str, request: Request) -> Response:
         if created:
             svc.metrics.enqueued.inc()
         text = f"Enqueued run {run.run_id} of {name}: {run.state.value.replace('_', ' ')}."
-        if not created:
+        if run.answered_by == "unique":
+            text = (
+                f"Deduplicated: run {run.run_id} of {name} ({run.state.value.replace('_', ' ')})"
+                " holds the unique key of this enqueue; no run was made."
+            )
+        elif run.answered_by == "debounce":
+            text = (
+                f"Debounced: run {run.run_id} of {name}, not started yet, now starts "
+                f"{run.ready_at.isoformat(timespec='seconds')}; no run was made."
+            )
+        elif not created:
             text = f"Run {run.run_id} of {name} already exists."
         return web.redirect(request, _back(fields), ("ok", text))
 

@@ -17,16 +17,17 @@ from starlette.responses import Response
 from tickwork.api import access, render
 from tickwork.api.access import Operation
 from tickwork.api.services import services
-from tickwork.api.ui import chart, views, web
+from tickwork.api.ui import chart, run_filter, views, web
 from tickwork.api.ui.words import schedule_in_words
-from tickwork.core import hashing
-from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
+from tickwork.core import hashing, preconditions
+from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
 from tickwork.core.preview import fire_times
 from tickwork.core.records import PENDING, Attempt, Run, Scope, State
 from tickwork.core.spec import check_name
 from tickwork.engine import audit, job_table, overview
 from tickwork.engine.cursors import Position
 from tickwork.engine.jobs import DeadCursor, JobView
+from tickwork.engine.queues import Queues
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -45,6 +46,7 @@ _OUTCOME_TONES: Final = {
     "failed": "bad",
     "lease-expired": "warn",
     "cancelled": "quiet",
+    "snoozed": "quiet",
 }
 
 Page = Callable[[web.Viewer], Awaitable[Response]]
@@ -116,10 +118,17 @@ async def overview_page(request: Request) -> Response:
             "started": sum(m.started for m in view.minutes),
             "failed": sum(m.failed for m in view.minutes),
         }
+        try:
+            await web.allow(who, Operation.list_queues)
+        except Forbidden:
+            queues = None  # a viewer who may not see them sees the rest
+        else:
+            queues = await Queues(svc.engine.database, svc.engine.clock).list(who.tenant)
         context = {
             "title": "Overview",
             "section": "overview",
             "view": view,
+            "queues": queues,
             "chart": chart.build(view.minutes),
             "totals": totals,
             "window": overview.WINDOW_MINUTES,
@@ -239,7 +248,13 @@ async def job_page(name: str, request: Request) -> Response:
             "jitter": hashing.jitter_offset(who.tenant, name, schedule.jitter_seconds)
             if schedule is not None
             else 0,
+            # The DST policy in force: the job's choices, the hour field's rule for the rest.
+            "dst": schedule.compile().dst if schedule is not None else None,
             "run_at": view.definition.spec.run_at,
+            # Asked only of a job with flow control: the others pay nothing.
+            "held_back": await svc.jobs.held_back(who.tenant, name)
+            if view.definition.spec.concurrency or view.definition.spec.rate_limit
+            else {},
             "zone": zone,
             "fires": fires,
             "from_value": _local_value(start),
@@ -249,6 +264,8 @@ async def job_page(name: str, request: Request) -> Response:
             "lag": views.start_lag,
             "run_duration": lambda run: views.run_duration(run, now),
             "spec_json": orjson.dumps(document["spec"], option=orjson.OPT_INDENT_2).decode(),
+            # Sent back by the page's forms: they act on the job as it was shown.
+            "etag": preconditions.etag(view.definition.generation),
         }
         return await web.render(request, "job.html", context, who)
 
@@ -340,6 +357,8 @@ async def dlq_page(request: Request) -> Response:
             "params": params,
             "filtered": bool(job or since or until),
             "job_names": await overview.dead_jobs(svc.engine.database, who.tenant),
+            # Every dead run the filter matches, not only this page: "Replay all N".
+            "matching": await run_filter.dead_matching(request, who, job, since, until),
             "next_url": None
             if next_cursor is None
             else url("/ui/dlq", **params, cursor=next_cursor.encode()),

@@ -6,7 +6,7 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import RedirectResponse, Response
 
 from tickwork.api.services import Services
-from tickwork.api.ui import actions, pages, web
+from tickwork.api.ui import actions, bulk, pages, web
 from tickwork.core.errors import NotFound
 
 _edges = APIRouter(include_in_schema=False)
@@ -41,4 +41,5 @@ def install(app: FastAPI, services: Services) -> None:
     app.state.dashboard = web.build(services)
     app.include_router(actions.router)
     app.include_router(pages.router)
+    app.include_router(bulk.router)
     app.include_router(_edges)

@@ -3,20 +3,20 @@
 -- name: definition_for_update
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
        generation, created_at, updated_at, managed_by, missed_caught_up,
-       overlap_skipped
+       overlap_skipped, consecutive_dead, paused_reason
 FROM definitions WHERE tenant = $1 AND name = $2 FOR UPDATE
 
 -- name: definition_for_share
 -- Enqueue holds the definition so a concurrent delete cannot orphan the new run.
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
        generation, created_at, updated_at, managed_by, missed_caught_up,
-       overlap_skipped
+       overlap_skipped, consecutive_dead, paused_reason
 FROM definitions WHERE tenant = $1 AND name = $2 FOR SHARE
 
 -- name: definition
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
        generation, created_at, updated_at, managed_by, missed_caught_up,
-       overlap_skipped
+       overlap_skipped, consecutive_dead, paused_reason
 FROM definitions WHERE tenant = $1 AND name = $2
 
 -- name: upsert_definition
@@ -34,13 +34,17 @@ SET spec = EXCLUDED.spec,
     queue = EXCLUDED.queue,
     priority = EXCLUDED.priority,
     paused = EXCLUDED.paused,
+    -- A changed spec is a deliberate act on the job: it ends a pause tickwork made
+    -- (a spec applied again unchanged never reaches this statement: engine.jobs.put).
+    paused_reason = NULL,
+    consecutive_dead = 0,
     next_due_at = EXCLUDED.next_due_at,
     generation = d.generation + 1,
     updated_at = EXCLUDED.updated_at,
     managed_by = EXCLUDED.managed_by
 RETURNING tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
           generation, created_at, updated_at, managed_by, missed_caught_up,
-          overlap_skipped, (xmax = 0) AS inserted
+          overlap_skipped, consecutive_dead, paused_reason, (xmax = 0) AS inserted
 
 -- name: delete_definition
 DELETE FROM definitions WHERE tenant = $1 AND name = $2 RETURNING name
@@ -48,13 +52,17 @@ DELETE FROM definitions WHERE tenant = $1 AND name = $2 RETURNING name
 -- name: set_paused
 -- next_due_at is kept: on resume the materialiser finds the fire times missed while
 -- paused and applies the job's missedRunPolicy to them. `changed` is false when the
--- job already was as asked (nothing to record).
+-- job already was as asked (nothing to record). A resume also ends a pause tickwork
+-- made (paused_reason) and starts the count of consecutive dead runs again.
 WITH before AS (
-    SELECT paused FROM definitions WHERE tenant = $1 AND name = $2 FOR UPDATE
+    SELECT paused, paused_reason IS NOT NULL AS auto_paused
+    FROM definitions WHERE tenant = $1 AND name = $2 FOR UPDATE
 )
 UPDATE definitions AS d
 SET paused = $3,
     spec = jsonb_set(d.spec, '{paused}', to_jsonb($3::boolean)),
+    paused_reason = CASE WHEN $3 THEN d.paused_reason END,
+    consecutive_dead = CASE WHEN $3 THEN d.consecutive_dead ELSE 0 END,
     generation = CASE WHEN d.paused = $3 THEN d.generation ELSE d.generation + 1 END,
     updated_at = CASE WHEN d.paused = $3 THEN d.updated_at
                       ELSE coalesce($4::timestamptz, now()) END
@@ -62,14 +70,14 @@ FROM before
 WHERE d.tenant = $1 AND d.name = $2
 RETURNING d.tenant, d.name, d.spec, d.queue, d.priority, d.paused, d.next_due_at,
           d.missed_dropped, d.generation, d.created_at, d.updated_at, d.managed_by,
-          d.missed_caught_up, d.overlap_skipped,
-          before.paused IS DISTINCT FROM $3 AS changed
+          d.missed_caught_up, d.overlap_skipped, d.consecutive_dead, d.paused_reason,
+          before.paused IS DISTINCT FROM $3 AS changed, before.auto_paused
 
 -- name: definitions_of_tenant
 -- Keyset by name; the cross-shard merge takes the first `limit` of all shards.
 SELECT tenant, name, spec, queue, priority, paused, next_due_at, missed_dropped,
        generation, created_at, updated_at, managed_by, missed_caught_up,
-       overlap_skipped
+       overlap_skipped, consecutive_dead, paused_reason
 FROM definitions
 WHERE tenant = $1 AND ($2::text IS NULL OR name > $2)
 ORDER BY name
@@ -96,7 +104,7 @@ ORDER BY tenant, name
 --     container job whose attempts are Jobs (jobTemplate, not dryRun): its last Job.
 -- Each figure is one index probe per job (dead runs: finished_runs_dead_by_job).
 SELECT j.tenant, j.name, d.generation, d.paused, d.managed_by, d.missed_dropped,
-       d.missed_caught_up, d.overlap_skipped,
+       d.missed_caught_up, d.overlap_skipped, d.paused_reason,
        CASE WHEN d.paused THEN NULL
             WHEN d.spec ? 'schedule' THEN least(d.next_due_at, waiting.due_at)
             ELSE d.next_due_at END AS next_run_time,

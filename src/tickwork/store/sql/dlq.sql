@@ -44,6 +44,19 @@ RETURNING id, tenant, job, queue, priority, state, origin, attempt, max_attempts
           lease_expires_at, deadline, cancel_requested, last_error, created_at,
           updated_at, finished_at, concurrency, request_fingerprint, dry_run
 
+-- name: was_replayed
+-- Whether a run neither dead nor discarded now was last revived from the DLQ (the audit
+-- records each replay and discard in its transaction). Through the job's audit index:
+-- this is the refusal path only.
+SELECT coalesce((
+    SELECT a.action = 'replay'
+    FROM runs AS r
+    JOIN audit_log AS a ON a.tenant = r.tenant AND a.job = r.job AND a.run_id = r.id
+    WHERE r.id = $1 AND r.state NOT IN ('dead', 'discarded')
+      AND a.action IN ('replay', 'discard')
+    ORDER BY a.id DESC
+    LIMIT 1), false)
+
 -- name: discard_dead
 WITH discarded AS (
     UPDATE finished_runs

@@ -2,23 +2,12 @@
 -- $now parameters are NULL in production (database clock) and pinned in tests.
 
 -- name: claim
--- One single-shard transaction, one statement. $1 queues, $2 batch, $3 worker, $4 now,
--- $5 lease seconds, $6 tenant (NULL: any), $7 the dispatcher's stride pass per
--- priority rank and $8 the priority weights, $9 a seed that rotates ties.
---   heads: every (queue, priority, tenant) with ready runs, and every limited
---     (queue, priority, tenant, job), found by skip scans: one index probe each,
---     whatever the backlog behind it.
---   sources: how many runs each head offers (for a limited job, up to its free slots:
---     a job at its limit offers nothing and its backlog is never walked).
---   priority_shares: priorities share the batch by stride scheduling on the weights
---     (70/25/5 by default); a priority with nothing ready takes no slot
---     (work-conserving).
---   turns, ranked: within a priority, tenants take turns (round-robin), a tenant's
---     heads oldest first; a tenant starts as many turns behind as it already holds
---     leased runs on the shard, so a tenant whose slow jobs hog the workers yields.
---   picked: the chosen count per head, oldest ready first, SKIP LOCKED.
--- Concurrent claimers can both see a job's last free slot: leases.claim settles that
--- after commit, under a lock per job (see over_limit).
+-- The merging claim of the plain path: runs without flow control (concurrency 0) in
+-- one statement. $1 queues, $2 batch, $3 worker, $4 now, $5 lease seconds, $6 tenant
+-- (NULL: any), $7 the dispatcher's stride pass per priority rank and $8 the priority
+-- weights, $9 a seed that rotates ties. The stages are claim_limited's (below), without
+-- its limited heads: while runs with flow control are ready the caller claims through
+-- claim_limited, which serves both.
 WITH RECURSIVE heads AS (
     (SELECT q.queue, h.priority, h.tenant, h.ready_at, h.id
      FROM unnest($1::text[]) AS q(queue)
@@ -40,40 +29,9 @@ WITH RECURSIVE heads AS (
           AND (r.priority, r.tenant) > (heads.priority, heads.tenant)
         ORDER BY r.priority, r.tenant
         LIMIT 1) AS n
-), limited_heads AS (
-    (SELECT q.queue, h.priority, h.tenant, h.job, h.concurrency, h.ready_at, h.id
-     FROM unnest($1::text[]) AS q(queue)
-     CROSS JOIN LATERAL (
-         SELECT r.priority, r.tenant, r.job, r.concurrency, r.ready_at, r.id
-         FROM live_runs AS r
-         WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = q.queue
-           AND ($6::text IS NULL OR r.tenant = $6)
-         ORDER BY r.priority, r.tenant, r.job
-         LIMIT 1) AS h)
-    UNION ALL
-    SELECT limited_heads.queue, n.priority, n.tenant, n.job, n.concurrency, n.ready_at, n.id
-    FROM limited_heads
-    CROSS JOIN LATERAL (
-        SELECT r.priority, r.tenant, r.job, r.concurrency, r.ready_at, r.id
-        FROM live_runs AS r
-        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = limited_heads.queue
-          AND ($6::text IS NULL OR r.tenant = $6)
-          AND (r.priority, r.tenant, r.job)
-              > (limited_heads.priority, limited_heads.tenant, limited_heads.job)
-        ORDER BY r.priority, r.tenant, r.job
-        LIMIT 1) AS n
-), limited_free AS (
-    SELECT h.*,
-           h.concurrency - (SELECT count(*)
-                            FROM live_runs AS l
-                            WHERE l.state = 'leased' AND l.concurrency > 0
-                              AND l.tenant = h.tenant AND l.job = h.job) AS free
-    FROM limited_heads AS h
 ), sources AS (
-    -- How many ready runs each head offers this claim (up to a batch; for a limited
-    -- job, up to its free slots: a job at its limit offers nothing and its backlog is
-    -- never walked). Counted on the index, no rows carried: the ORDER BY is the
-    -- index's, which keeps the generic plan on it (without it the plan was a
+    -- How many ready runs each head offers this claim (up to a batch). Counted on the
+    -- index, no rows carried: the ORDER BY is the index's, which keeps the generic plan on it (without it the plan was a
     -- sequential scan, walking every dead row at the head of the table).
     SELECT h.queue, h.priority, h.tenant, NULL::text AS job, h.ready_at, h.id,
            (SELECT count(*)
@@ -84,16 +42,9 @@ WITH RECURSIVE heads AS (
                   ORDER BY r.ready_at, r.id
                   LIMIT $2) AS ready)::integer AS n
     FROM heads AS h
-    UNION ALL
-    SELECT h.queue, h.priority, h.tenant, h.job, h.ready_at, h.id,
-           (SELECT count(*)
-            FROM (SELECT 1
-                  FROM live_runs AS r
-                  WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
-                    AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
-                  ORDER BY r.ready_at, r.id
-                  LIMIT least($2, greatest(h.free, 0))) AS ready)::integer
-    FROM limited_free AS h
+    -- A paused queue of the tenant offers nothing (queue_pauses: one probe a head).
+    WHERE NOT EXISTS (SELECT FROM queue_pauses AS p
+                      WHERE p.tenant = h.tenant AND p.queue = h.queue)
 ), priority_shares AS (
     -- Stride scheduling between the priorities that offer anything.
     SELECT priority, count(*)::integer AS slots
@@ -160,19 +111,18 @@ WITH RECURSIVE heads AS (
         ORDER BY r.ready_at, r.id
         LIMIT c.take
         FOR UPDATE SKIP LOCKED) AS p
-    WHERE c.job IS NULL
-    UNION ALL
-    SELECT p.id
-    FROM chosen AS c
-    CROSS JOIN LATERAL (
-        SELECT r.id
-        FROM live_runs AS r
-        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = c.queue
-          AND r.priority = c.priority AND r.tenant = c.tenant AND r.job = c.job
-        ORDER BY r.ready_at, r.id
-        LIMIT c.take
-        FOR UPDATE SKIP LOCKED) AS p
-    WHERE c.job IS NOT NULL
+    WHERE c.job IS NULL AND NOT (SELECT limited FROM probe)
+), probe AS (
+    -- Ready runs with flow control in the queues: this claim leases nothing then, and
+    -- the caller claims through lock_flow and claim_limited, which merges both paths.
+    SELECT EXISTS (SELECT
+                   FROM unnest($1::text[]) AS q(queue)
+                   CROSS JOIN LATERAL (
+                       SELECT
+                       FROM live_runs AS r
+                       WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = q.queue
+                         AND ($6::text IS NULL OR r.tenant = $6)
+                       LIMIT 1) AS l) AS limited
 ), clock AS (
     SELECT coalesce($4::timestamptz, now()) AS now
 ), leased AS (
@@ -200,12 +150,329 @@ WITH RECURSIVE heads AS (
     ON CONFLICT DO NOTHING
 )
 -- Always one row at least (the leased columns NULL when nothing was leased): `heads` is
--- 1 when claim_one_head would have served this claim (one head, no limited job), more
--- otherwise.
-SELECT leased.*, shape.heads
-FROM (SELECT (SELECT count(*) FROM heads)::integer
-             + CASE WHEN EXISTS (SELECT FROM limited_heads) THEN 2 ELSE 0 END AS heads)
-     AS shape
+-- 1 when claim_one_head would have served this claim (one head), more otherwise;
+-- `limited` whether ready runs with flow control wait in the queues (then `heads` counts
+-- 2 more).
+SELECT leased.*, shape.heads, shape.limited
+FROM (SELECT (SELECT count(*) FROM heads)::integer + CASE WHEN limited THEN 2 ELSE 0 END
+                 AS heads,
+             limited
+      FROM probe) AS shape
+LEFT JOIN leased ON true
+
+-- name: claim_limited
+-- The claim while runs with flow control are ready, after lock_flow in the same
+-- transaction: the plain path's heads and the limited ones, merged. $1 queues, $2 batch, $3 worker, $4 now, $5 lease seconds,
+-- $6 tenant (NULL: any), $7 the dispatcher's stride pass per priority rank and $8 the
+-- priority weights, $9 a seed that rotates ties, $10 the flow buckets lock_flow locked
+-- in this transaction (NULL: no run with flow control is claimed).
+--   heads: every (queue, priority, tenant) with ready runs of the plain path, found by
+--     skip scans: one index probe each, whatever the backlog behind it.
+--   limited_heads: the same for runs with flow control (concurrency > 0), one head per
+--     (queue, priority, tenant, job, concurrency key, rate key), among the locked
+--     buckets only.
+--   limited_offers, limited_sources: how many runs each limited head may take: no more
+--     than its concurrency bucket has free slots (the smallest `concurrency` of the
+--     bucket's heads, less its leased runs) nor its rate bucket has left in the sliding
+--     window (rate_windows), shared oldest first between the heads of one bucket. A
+--     head at its limit offers nothing and its backlog is never walked.
+--   sources: how many runs each head offers (up to a batch).
+--   priority_shares: priorities share the batch by stride scheduling on the weights
+--     (70/25/5 by default); a priority with nothing ready takes no slot
+--     (work-conserving).
+--   turns, ranked: within a priority, tenants take turns (round-robin), a tenant's
+--     heads oldest first; a tenant starts as many turns behind as it already holds
+--     leased runs on the shard, so a tenant whose slow jobs hog the workers yields.
+--   picked: the chosen count per head, oldest ready first, SKIP LOCKED.
+--   windowed: the leases counted in their rate buckets' current slot; slots past the
+--     period are dropped.
+-- The buckets were locked before this statement began, so its snapshot holds every
+-- lease and window count committed by an earlier holder: the limits are exact however
+-- many claimers race.
+WITH RECURSIVE heads AS (
+    (SELECT q.queue, h.priority, h.tenant, h.ready_at, h.id
+     FROM unnest($1::text[]) AS q(queue)
+     CROSS JOIN LATERAL (
+         SELECT r.priority, r.tenant, r.ready_at, r.id
+         FROM live_runs AS r
+         WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = q.queue
+           AND ($6::text IS NULL OR r.tenant = $6)
+         ORDER BY r.priority, r.tenant
+         LIMIT 1) AS h)
+    UNION ALL
+    SELECT heads.queue, n.priority, n.tenant, n.ready_at, n.id
+    FROM heads
+    CROSS JOIN LATERAL (
+        SELECT r.priority, r.tenant, r.ready_at, r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = heads.queue
+          AND ($6::text IS NULL OR r.tenant = $6)
+          AND (r.priority, r.tenant) > (heads.priority, heads.tenant)
+        ORDER BY r.priority, r.tenant
+        LIMIT 1) AS n
+), limited_heads AS (
+    (SELECT q.queue, h.*
+     FROM unnest($1::text[]) AS q(queue)
+     CROSS JOIN LATERAL (
+         SELECT r.priority, r.tenant, r.job, coalesce(r.concurrency_key, '') AS ckey,
+                coalesce(r.rate_key, '') AS rkey, r.concurrency, r.concurrency_key,
+                r.rate_key, r.rate_limit, r.rate_period, r.ready_at, r.id
+         FROM live_runs AS r
+         WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = q.queue
+           AND ($6::text IS NULL OR r.tenant = $6)
+         ORDER BY r.priority, r.tenant, r.job, coalesce(r.concurrency_key, ''),
+                  coalesce(r.rate_key, '')
+         LIMIT 1) AS h
+     WHERE $10::text[] IS NOT NULL)
+    UNION ALL
+    SELECT limited_heads.queue, n.*
+    FROM limited_heads
+    CROSS JOIN LATERAL (
+        SELECT r.priority, r.tenant, r.job, coalesce(r.concurrency_key, '') AS ckey,
+               coalesce(r.rate_key, '') AS rkey, r.concurrency, r.concurrency_key,
+               r.rate_key, r.rate_limit, r.rate_period, r.ready_at, r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = limited_heads.queue
+          AND ($6::text IS NULL OR r.tenant = $6)
+          AND (r.priority, r.tenant, r.job, coalesce(r.concurrency_key, ''),
+               coalesce(r.rate_key, ''))
+              > (limited_heads.priority, limited_heads.tenant, limited_heads.job,
+                 limited_heads.ckey, limited_heads.rkey)
+        ORDER BY r.priority, r.tenant, r.job, coalesce(r.concurrency_key, ''),
+                 coalesce(r.rate_key, '')
+        LIMIT 1) AS n
+), limited_buckets AS (
+    -- The buckets (as lock_flow names them) of each head: those lock_flow did not
+    -- lock (a key that appeared since) wait for the next claim.
+    SELECT h.*,
+           h.tenant || chr(30) || coalesce(h.concurrency_key, 'job/' || h.job) AS cbucket,
+           h.tenant || chr(30) || h.rate_key AS rbucket
+    FROM limited_heads AS h
+    WHERE NOT EXISTS (SELECT FROM queue_pauses AS p
+                      WHERE p.tenant = h.tenant AND p.queue = h.queue)
+), limited_offers AS (
+    SELECT h.*,
+           min(h.concurrency) OVER (PARTITION BY h.cbucket)
+           - CASE WHEN h.concurrency = 2147483647 THEN 0
+                  WHEN h.concurrency_key IS NULL
+                      THEN (SELECT count(*)
+                            FROM live_runs AS l
+                            WHERE l.state = 'leased' AND l.concurrency > 0
+                              AND l.tenant = h.tenant AND l.job = h.job
+                              AND l.concurrency_key IS NULL)
+                  ELSE (SELECT count(*)
+                        FROM live_runs AS l
+                        WHERE l.state = 'leased' AND l.concurrency_key IS NOT NULL
+                          AND l.tenant = h.tenant
+                          AND l.concurrency_key = h.concurrency_key) END AS free,
+           CASE WHEN h.rate_key IS NULL THEN $2
+                ELSE h.rate_limit
+                     - coalesce((SELECT sum(w.leased)
+                                 FROM rate_windows AS w
+                                 WHERE w.tenant = h.tenant AND w.key = h.rate_key
+                                   AND w.slot > coalesce($4::timestamptz, now())
+                                                - make_interval(secs => h.rate_period)),
+                                0)::integer END AS rate_left
+    FROM limited_buckets AS h
+    WHERE h.cbucket = ANY($10::text[])
+      AND (h.rate_key IS NULL OR h.rbucket = ANY($10::text[]))
+), limited_slots AS (
+    -- Each head's runs that its own limits allow, ranked oldest first in each of its
+    -- buckets: a bucket shared by several heads (a key's runs of a group's jobs, a rate
+    -- key's runs of several concurrency keys) is not given out twice.
+    SELECT o.queue, o.priority, o.tenant, o.job, o.ckey, o.rkey, o.ready_at, o.id,
+           o.free, o.rate_left, o.rate_key,
+           row_number() OVER (PARTITION BY o.cbucket ORDER BY k, o.ready_at, o.id) AS c_rank,
+           row_number() OVER (PARTITION BY o.rbucket ORDER BY k, o.ready_at, o.id) AS r_rank
+    FROM limited_offers AS o
+    CROSS JOIN LATERAL generate_series(
+        1,
+        (SELECT count(*)
+         FROM (SELECT 1
+               FROM live_runs AS r
+               WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = o.queue
+                 AND r.priority = o.priority AND r.tenant = o.tenant AND r.job = o.job
+                 AND coalesce(r.concurrency_key, '') = o.ckey
+                 AND coalesce(r.rate_key, '') = o.rkey
+               ORDER BY r.ready_at, r.id
+               LIMIT least($2, greatest(o.free, 0), greatest(o.rate_left, 0))) AS ready)::integer
+    ) AS k
+), sources AS (
+    -- How many ready runs each head offers this claim (up to a batch). Counted on the
+    -- index, no rows carried: the ORDER BY is the index's, which keeps the generic plan
+    -- on it (without it the plan was a sequential scan, walking every dead row at the
+    -- head of the table).
+    SELECT h.queue, h.priority, h.tenant, NULL::text AS job, NULL::text AS ckey,
+           NULL::text AS rkey, h.ready_at, h.id,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM live_runs AS r
+                  WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = h.queue
+                    AND r.priority = h.priority AND r.tenant = h.tenant
+                  ORDER BY r.ready_at, r.id
+                  LIMIT $2) AS ready)::integer AS n
+    FROM heads AS h
+    -- A paused queue of the tenant offers nothing (queue_pauses: one probe a head).
+    WHERE NOT EXISTS (SELECT FROM queue_pauses AS p
+                      WHERE p.tenant = h.tenant AND p.queue = h.queue)
+    UNION ALL
+    SELECT s.queue, s.priority, s.tenant, s.job, s.ckey, s.rkey, min(s.ready_at),
+           min(s.id),
+           count(*) FILTER (WHERE s.c_rank <= s.free
+                              AND (s.rate_key IS NULL OR s.r_rank <= s.rate_left))::integer
+    FROM limited_slots AS s
+    GROUP BY s.queue, s.priority, s.tenant, s.job, s.ckey, s.rkey
+), priority_shares AS (
+    -- Stride scheduling between the priorities that offer anything.
+    SELECT priority, count(*)::integer AS slots
+    FROM (SELECT o.priority
+          FROM (SELECT priority, least(sum(n), $2)::integer AS offered
+                FROM sources GROUP BY priority) AS o
+          CROSS JOIN LATERAL generate_series(1, o.offered) AS k
+          ORDER BY ($7::double precision[])[o.priority + 1]
+                   + k / ($8::double precision[])[o.priority + 1],
+                   o.priority
+          LIMIT $2) AS won
+    GROUP BY priority
+), contenders AS (
+    SELECT DISTINCT s.priority, s.tenant
+    FROM sources AS s
+    JOIN priority_shares USING (priority)
+    WHERE s.n > 0
+), holding AS (
+    -- Leased runs per tenant, counted only where tenants compete within a priority,
+    -- and only up to four batches: past that, the tenant behind has every turn of this
+    -- claim anyway, and the count stays cheap when a tenant holds thousands.
+    SELECT c.tenant,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM live_runs AS l
+                  WHERE l.state = 'leased' AND l.tenant = c.tenant
+                  -- The index's order (live_runs_leased), as in sources.
+                  ORDER BY l.job, l.id DESC
+                  LIMIT 4 * $2) AS held) AS leased
+    FROM (SELECT DISTINCT tenant
+          FROM contenders
+          WHERE priority IN (SELECT priority FROM contenders
+                             GROUP BY priority HAVING count(*) > 1)) AS c
+), turns AS (
+    -- A head needs no more slots than its priority won.
+    SELECT s.queue, s.priority, s.tenant, s.job, s.ckey, s.rkey, s.ready_at, s.id,
+           p.slots,
+           coalesce(holding.leased, 0)
+           + row_number() OVER (PARTITION BY s.priority, s.tenant
+                                ORDER BY k, s.ready_at, s.id) AS turn
+    FROM sources AS s
+    JOIN priority_shares AS p USING (priority)
+    CROSS JOIN LATERAL generate_series(1, least(s.n, p.slots)) AS k
+    LEFT JOIN holding ON holding.tenant = s.tenant
+), ranked AS (
+    SELECT turns.*,
+           row_number() OVER (PARTITION BY turns.priority
+                              ORDER BY turns.turn,
+                                       hashtextextended(turns.tenant, $9::bigint),
+                                       turns.ready_at, turns.id) AS place
+    FROM turns
+), chosen AS (
+    SELECT queue, priority, tenant, job, ckey, rkey, count(*)::integer AS take
+    FROM ranked
+    WHERE place <= slots
+    GROUP BY queue, priority, tenant, job, ckey, rkey
+), picked AS (
+    SELECT p.id
+    FROM chosen AS c
+    CROSS JOIN LATERAL (
+        SELECT r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency = 0 AND r.queue = c.queue
+          AND r.priority = c.priority AND r.tenant = c.tenant
+        ORDER BY r.ready_at, r.id
+        LIMIT c.take
+        FOR UPDATE SKIP LOCKED) AS p
+    WHERE c.job IS NULL
+    UNION ALL
+    SELECT p.id
+    FROM chosen AS c
+    CROSS JOIN LATERAL (
+        SELECT r.id
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = c.queue
+          AND r.priority = c.priority AND r.tenant = c.tenant AND r.job = c.job
+          AND coalesce(r.concurrency_key, '') = c.ckey
+          AND coalesce(r.rate_key, '') = c.rkey
+        ORDER BY r.ready_at, r.id
+        LIMIT c.take
+        FOR UPDATE SKIP LOCKED) AS p
+    WHERE c.job IS NOT NULL
+), clock AS (
+    SELECT coalesce($4::timestamptz, now()) AS now
+), leased AS (
+    UPDATE live_runs AS r
+    SET state = 'leased',
+        attempt = r.attempt + 1,
+        fencing_token = nextval('fencing_tokens'),
+        lease_owner = $3,
+        leased_at = clock.now,
+        deadline = clock.now + make_interval(secs => r.timeout_seconds),
+        lease_expires_at = least(
+            clock.now + make_interval(secs => $5::double precision),
+            clock.now + make_interval(secs => r.timeout_seconds)),
+        updated_at = clock.now
+    FROM clock
+    -- = ANY(ARRAY(...)): primary-key probes, never a hash join over the whole table.
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING r.id, r.tenant, r.job, r.queue, r.priority, r.attempt, r.max_attempts,
+              r.idempotency_key, r.fencing_token, r.due_at, r.ready_at, r.leased_at,
+              r.lease_expires_at, r.deadline, r.payload, r.concurrency, r.dry_run,
+              r.rate_key, r.rate_period
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM leased
+    ON CONFLICT DO NOTHING
+), windows AS (
+    -- Each rate bucket's leases of this claim and the end of the slot (1/64 of the
+    -- period) they fall in: a lease counts until its slot's end plus the period, at
+    -- most 1/64 of a period longer than an exact sliding window would count it.
+    SELECT l.tenant, l.rate_key, max(l.rate_period) AS period, count(*)::integer AS n,
+           to_timestamp(ceil(extract(epoch FROM clock.now)::double precision
+                             / (max(l.rate_period) / 64))
+                        * (max(l.rate_period) / 64)) AS slot
+    FROM leased AS l, clock
+    WHERE l.rate_key IS NOT NULL
+    GROUP BY l.tenant, l.rate_key, clock.now
+), windowed AS (
+    INSERT INTO rate_windows (tenant, key, slot, leased)
+    SELECT tenant, rate_key, slot, n FROM windows
+    ORDER BY tenant, rate_key
+    ON CONFLICT (tenant, key, slot) DO UPDATE SET leased = rate_windows.leased + excluded.leased
+), expired AS (
+    DELETE FROM rate_windows AS w
+    USING windows, clock
+    WHERE w.tenant = windows.tenant AND w.key = windows.rate_key
+      AND w.slot <= clock.now - make_interval(secs => windows.period)
+)
+-- Always one row at least (the leased columns NULL when nothing was leased): `heads` is
+-- 1 when claim_one_head would have served this claim (one head, no limited run), more
+-- otherwise; `limited` whether ready runs with flow control wait in the queues (the
+-- caller claims through lock_flow then).
+SELECT leased.id, leased.tenant, leased.job, leased.queue, leased.priority,
+       leased.attempt, leased.max_attempts, leased.idempotency_key, leased.fencing_token,
+       leased.due_at, leased.ready_at, leased.leased_at, leased.lease_expires_at,
+       leased.deadline, leased.payload, leased.concurrency, leased.dry_run, shape.heads,
+       shape.limited
+FROM (SELECT (SELECT count(*) FROM heads)::integer + CASE WHEN limited THEN 2 ELSE 0 END
+                 AS heads,
+             limited
+      FROM (SELECT EXISTS (SELECT
+                           FROM unnest($1::text[]) AS q(queue)
+                           CROSS JOIN LATERAL (
+                               SELECT
+                               FROM live_runs AS r
+                               WHERE r.state = 'ready' AND r.concurrency > 0
+                                 AND r.queue = q.queue
+                                 AND ($6::text IS NULL OR r.tenant = $6)
+                               LIMIT 1) AS l) AS limited) AS probe) AS shape
 LEFT JOIN leased ON true
 
 -- name: claim_one_head
@@ -214,8 +481,9 @@ LEFT JOIN leased ON true
 -- runs, as the claim would choose, without its merging stages: it is that planning
 -- and executor set-up of a dozen stages that made a claim of one run cost milliseconds.
 -- Always one row at least: `heads` is 0 (nothing ready), 1 (this claim applied: the
--- other columns are NULL when it leased nothing) or 2 (several heads, or a limited job:
--- nothing was leased, the caller runs the claim).
+-- other columns are NULL when it leased nothing), 2 (several heads: nothing was leased,
+-- the caller runs the claim) or 3 (runs with flow control are ready: nothing was
+-- leased, the caller claims through lock_flow).
 WITH RECURSIVE heads AS (
     (SELECT q.queue, h.priority, h.tenant
      FROM unnest($1::text[]) AS q(queue)
@@ -238,8 +506,12 @@ WITH RECURSIVE heads AS (
         ORDER BY r.priority, r.tenant
         LIMIT 1) AS n
 ), first_two AS (
-    -- The recursion stops at the second head.
-    SELECT * FROM heads LIMIT 2
+    -- The recursion stops at the second head a paused queue does not hold.
+    SELECT *
+    FROM heads AS h
+    WHERE NOT EXISTS (SELECT FROM queue_pauses AS p
+                      WHERE p.tenant = h.tenant AND p.queue = h.queue)
+    LIMIT 2
 ), probe AS (
     SELECT CASE WHEN EXISTS (SELECT
                              FROM unnest($1::text[]) AS q(queue)
@@ -250,7 +522,7 @@ WITH RECURSIVE heads AS (
                                    AND r.queue = q.queue
                                    AND ($6::text IS NULL OR r.tenant = $6)
                                  LIMIT 1) AS l)
-                THEN 2
+                THEN 3
                 ELSE (SELECT count(*) FROM first_two)::integer END AS heads
 ), picked AS (
     SELECT p.id
@@ -292,20 +564,180 @@ SELECT leased.*, probe.heads
 FROM probe
 LEFT JOIN leased ON true
 
--- name: lock_jobs
--- Serialise the limit check of these jobs ($1: 'tenant/job' keys, sorted by the caller
--- so two claimers never wait on each other in a cycle).
-SELECT pg_advisory_xact_lock(hashtextextended(key, 0)) FROM unnest($1::text[]) AS key
+-- name: lock_flow
+-- The first statement of a claim that may lease runs with flow control ($1 queues, $2
+-- tenant: NULL any): the buckets of the limited heads ready in the queues (a
+-- concurrency bucket `tenant chr(30) concurrency key`, or `... job/<job>` for a job's
+-- own limit, and a rate bucket `tenant chr(30) rate key`), locked for the transaction
+-- in one order (hash, then name), so two claimers never wait on each other in a cycle.
+-- The claim that follows in the transaction takes a new snapshot, which holds every
+-- lease committed by an earlier holder. Answered: the buckets locked, and the heads
+-- whose key has a strategy other than Wait (for flow_strategies).
+WITH RECURSIVE limited_heads AS (
+    (SELECT q.queue, h.*
+     FROM unnest($1::text[]) AS q(queue)
+     CROSS JOIN LATERAL (
+         SELECT r.priority, r.tenant, r.job, coalesce(r.concurrency_key, '') AS ckey,
+                coalesce(r.rate_key, '') AS rkey, r.concurrency, r.concurrency_key,
+                r.concurrency_strategy, r.rate_key
+         FROM live_runs AS r
+         WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = q.queue
+           AND ($2::text IS NULL OR r.tenant = $2)
+         ORDER BY r.priority, r.tenant, r.job, coalesce(r.concurrency_key, ''),
+                  coalesce(r.rate_key, '')
+         LIMIT 1) AS h)
+    UNION ALL
+    SELECT limited_heads.queue, n.*
+    FROM limited_heads
+    CROSS JOIN LATERAL (
+        SELECT r.priority, r.tenant, r.job, coalesce(r.concurrency_key, '') AS ckey,
+               coalesce(r.rate_key, '') AS rkey, r.concurrency, r.concurrency_key,
+               r.concurrency_strategy, r.rate_key
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = limited_heads.queue
+          AND ($2::text IS NULL OR r.tenant = $2)
+          AND (r.priority, r.tenant, r.job, coalesce(r.concurrency_key, ''),
+               coalesce(r.rate_key, ''))
+              > (limited_heads.priority, limited_heads.tenant, limited_heads.job,
+                 limited_heads.ckey, limited_heads.rkey)
+        ORDER BY r.priority, r.tenant, r.job, coalesce(r.concurrency_key, ''),
+                 coalesce(r.rate_key, '')
+        LIMIT 1) AS n
+), served AS (
+    -- A paused queue's runs are left as they are: no bucket locked, no strategy.
+    SELECT h.*
+    FROM limited_heads AS h
+    WHERE NOT EXISTS (SELECT FROM queue_pauses AS p
+                      WHERE p.tenant = h.tenant AND p.queue = h.queue)
+), buckets AS (
+    SELECT DISTINCT b.name
+    FROM served AS h
+    CROSS JOIN LATERAL (
+        VALUES (h.tenant || chr(30) || coalesce(h.concurrency_key, 'job/' || h.job)),
+               (h.tenant || chr(30) || h.rate_key)) AS b(name)
+    WHERE b.name IS NOT NULL
+), locked AS (
+    -- OFFSET 0 keeps the sort below the calls: the locks are taken in its order.
+    SELECT sorted.name, pg_advisory_xact_lock(hashtextextended(sorted.name, 0))
+    FROM (SELECT name FROM buckets ORDER BY hashtextextended(name, 0), name OFFSET 0)
+         AS sorted
+), strategic AS (
+    SELECT DISTINCT queue, priority, tenant, job, concurrency_key, concurrency,
+           concurrency_strategy
+    FROM served
+    WHERE concurrency_key IS NOT NULL AND concurrency_strategy IN ('CancelNewest', 'CancelRunning')
+)
+SELECT (SELECT array_agg(name) FROM locked) AS buckets,
+       (SELECT array_agg(queue) FROM strategic) AS queues,
+       (SELECT array_agg(priority) FROM strategic) AS priorities,
+       (SELECT array_agg(tenant) FROM strategic) AS tenants,
+       (SELECT array_agg(job) FROM strategic) AS jobs,
+       (SELECT array_agg(concurrency_key) FROM strategic) AS keys,
+       (SELECT array_agg(concurrency) FROM strategic) AS limits,
+       (SELECT array_agg(concurrency_strategy) FROM strategic) AS strategies
 
--- name: over_limit
--- Leased runs over each job's limit, counted in a statement that starts after the job
--- lock is held, so it sees every lease committed by an earlier holder.
-SELECT j.tenant, j.job, count(r.id) - j.limit_ AS excess
-FROM unnest($1::text[], $2::text[], $3::integer[]) AS j(tenant, job, limit_)
-JOIN live_runs AS r ON r.tenant = j.tenant AND r.job = j.job AND r.state = 'leased'
-                     AND r.concurrency > 0
-GROUP BY j.tenant, j.job, j.limit_
-HAVING count(r.id) > j.limit_
+-- name: flow_strategies
+-- Between lock_flow and the claim, under the same locks: the strategies of keys at
+-- their limit. $1-$7 the heads lock_flow answered (pairwise: queue, priority, tenant,
+-- job, concurrency key, limit, strategy), $8 now. CancelNewest: the ready runs of a key
+-- past its free slots, newest, end `cancelled`. CancelRunning: the newest ready runs of
+-- a key (up to its limit) are kept and the older ready ones end `cancelled`; as many of
+-- its leased runs as the kept ones need slots, oldest first, are asked to stop
+-- (cancelRequested, their lease no longer extended, as overlapPolicy Replace does): the
+-- kept runs are leased once those have ended, so the limit holds throughout.
+WITH clock AS (
+    SELECT coalesce($8::timestamptz, now()) AS now
+), heads AS (
+    SELECT DISTINCT *
+    FROM unnest($1::text[], $2::smallint[], $3::text[], $4::text[], $5::text[],
+                $6::integer[], $7::text[])
+         AS h(queue, priority, tenant, job, concurrency_key, concurrency, strategy)
+), buckets AS (
+    SELECT b.tenant, b.concurrency_key, b.n, b.strategy,
+           (SELECT count(*)
+            FROM live_runs AS l
+            WHERE l.state = 'leased' AND l.concurrency_key IS NOT NULL
+              AND l.tenant = b.tenant AND l.concurrency_key = b.concurrency_key)::integer
+               AS leased
+    FROM (SELECT tenant, concurrency_key, min(concurrency) AS n, min(strategy) AS strategy
+          FROM heads GROUP BY tenant, concurrency_key) AS b
+), ready AS (
+    SELECT r.id, h.tenant, h.concurrency_key,
+           row_number() OVER (PARTITION BY h.tenant, h.concurrency_key
+                              ORDER BY r.ready_at, r.id) AS oldest_first,
+           row_number() OVER (PARTITION BY h.tenant, h.concurrency_key
+                              ORDER BY r.ready_at DESC, r.id DESC) AS newest_first
+    FROM heads AS h
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.ready_at
+        FROM live_runs AS r
+        WHERE r.state = 'ready' AND r.concurrency > 0 AND r.queue = h.queue
+          AND r.priority = h.priority AND r.tenant = h.tenant AND r.job = h.job
+          AND coalesce(r.concurrency_key, '') = h.concurrency_key
+        ORDER BY r.ready_at, r.id
+        LIMIT 10000) AS r
+), doomed AS (
+    SELECT ready.id
+    FROM ready
+    JOIN buckets USING (tenant, concurrency_key)
+    WHERE (buckets.strategy = 'CancelNewest'
+           AND ready.oldest_first > greatest(buckets.n - buckets.leased, 0))
+       OR (buckets.strategy = 'CancelRunning' AND ready.newest_first > buckets.n)
+), ended AS (
+    DELETE FROM live_runs AS r
+    WHERE r.id = ANY(ARRAY(SELECT id FROM doomed)) AND r.state = 'ready'
+    RETURNING r.*
+), moved AS (
+    INSERT INTO finished_runs (id, tenant, job, queue, priority, state, origin, attempt,
+                               max_attempts, retry_base, retry_max, timeout_seconds,
+                               due_at, ready_at, start_deadline, idempotency_key,
+                               payload, cancel_requested, last_error, created_at,
+                               updated_at, finished_at, concurrency, request_fingerprint)
+    SELECT e.id, e.tenant, e.job, e.queue, e.priority, 'cancelled', e.origin, e.attempt,
+           e.max_attempts, e.retry_base, e.retry_max, e.timeout_seconds, e.due_at,
+           e.ready_at, e.start_deadline, e.idempotency_key, e.payload, false,
+           jsonb_build_object('reason', e.concurrency_strategy, 'message',
+                              'cancelled by concurrencyKey.strategy '
+                              || e.concurrency_strategy || ': its key was at its limit'),
+           e.created_at, clock.now, clock.now, e.concurrency, e.request_fingerprint
+    FROM ended AS e, clock
+), stopping AS (
+    -- CancelRunning: the oldest leased runs, as many as the kept ready runs lack slots.
+    SELECT s.id
+    FROM buckets AS b
+    CROSS JOIN LATERAL (
+        SELECT l.id
+        FROM live_runs AS l
+        WHERE l.state = 'leased' AND l.concurrency_key IS NOT NULL
+          AND l.tenant = b.tenant AND l.concurrency_key = b.concurrency_key
+          AND NOT l.cancel_requested
+        ORDER BY l.leased_at, l.id
+        LIMIT greatest(
+            least(b.n, (SELECT count(*) FROM ready
+                        WHERE ready.tenant = b.tenant
+                          AND ready.concurrency_key = b.concurrency_key))
+            - (b.n - b.leased)
+            - (SELECT count(*) FROM live_runs AS c
+               WHERE c.state = 'leased' AND c.concurrency_key IS NOT NULL
+                 AND c.tenant = b.tenant AND c.concurrency_key = b.concurrency_key
+                 AND c.cancel_requested),
+            0)) AS s
+    WHERE b.strategy = 'CancelRunning'
+), stopped AS (
+    UPDATE live_runs AS r
+    SET cancel_requested = true, updated_at = clock.now
+    FROM clock
+    WHERE r.id = ANY(ARRAY(SELECT id FROM stopping)) AND r.state = 'leased'
+    RETURNING r.tenant, r.job
+), marked AS (
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT tenant, job FROM ended
+    UNION
+    SELECT tenant, job FROM stopped
+    ON CONFLICT DO NOTHING
+)
+SELECT (SELECT count(*) FROM ended)::integer AS cancelled,
+       (SELECT count(*) FROM stopped)::integer AS stopping
 
 -- name: heartbeat
 -- Extend the leases of runs $1 held with tokens $2 (pairwise, $2[i] for $1[i]) by $3
@@ -368,14 +800,29 @@ WITH clock AS (
            'cancelled'
     FROM done, clock
     WHERE cancel_requested
+), reset AS (
+    -- A succeeded run ends its job's streak of dead runs (spec.pauseAfterFailures).
+    -- Only a job with a streak is written (rare); its row is locked in (tenant, name)
+    -- order, as record_failures locks it, so the two never wait on each other in a cycle.
+    UPDATE definitions AS d
+    SET consecutive_dead = 0
+    FROM (SELECT k.tenant, k.name
+          FROM definitions AS k
+          WHERE (k.tenant, k.name) IN (SELECT tenant, job FROM done WHERE NOT cancel_requested)
+            AND k.consecutive_dead > 0
+          ORDER BY k.tenant, k.name
+          FOR UPDATE OF k) AS streak
+    WHERE d.tenant = streak.tenant AND d.name = streak.name
 )
 SELECT id AS run_id, fencing_token, state AS result_state,
        NULL::timestamptz AS next_attempt_at
 FROM moved
 
 -- name: lock_leased
--- The failure path locks its rows first: the retry delay is drawn in Python.
-SELECT id, attempt, max_attempts, retry_base, retry_max, fencing_token, cancel_requested
+-- The failure and snooze path locks its rows first: the retry delay is drawn in Python,
+-- and a snooze past the limit (or of a run asked to stop) is decided there as a failure.
+SELECT id, attempt, max_attempts, retry_base, retry_max, fencing_token, cancel_requested,
+       snoozes
 FROM live_runs
 WHERE id = ANY($1::bigint[])
   AND fencing_token = ($2::bigint[])[array_position($1::bigint[], id)]
@@ -432,6 +879,49 @@ WITH clock AS (
     INSERT INTO changed_jobs (tenant, job)
     SELECT DISTINCT tenant, job FROM changed
     ON CONFLICT DO NOTHING
+), dead AS (
+    -- spec.pauseAfterFailures: each job's runs that went dead here, and the newest.
+    SELECT tenant, job, count(*)::integer AS runs,
+           (array_agg(id ORDER BY id DESC))[1] AS last_id,
+           (array_agg(new_error ORDER BY id DESC))[1] AS last_error
+    FROM ended
+    WHERE new_state = 'dead'
+    GROUP BY tenant, job
+), streak AS (
+    -- The caller locked these definitions (lock_definitions_of_runs) before this
+    -- statement began, so its snapshot holds their latest counts: the sums are exact
+    -- however many dead runs of a job complete at once, and only the transaction whose
+    -- runs reach the limit of a running job pauses it.
+    SELECT d.tenant, d.name, d.consecutive_dead + dead.runs AS consecutive_dead,
+           dead.last_id, dead.last_error,
+           (d.spec ->> 'pauseAfterFailures')::integer AS pause_after,
+           (NOT d.paused AND d.consecutive_dead + dead.runs
+                             >= (d.spec ->> 'pauseAfterFailures')::integer)
+               IS TRUE AS pausing
+    FROM definitions AS d
+    JOIN dead ON d.tenant = dead.tenant AND d.name = dead.job
+), counted AS (
+    UPDATE definitions AS d
+    SET consecutive_dead = s.consecutive_dead,
+        paused = d.paused OR s.pausing,
+        paused_reason = CASE WHEN s.pausing
+                             THEN jsonb_build_object('consecutiveDead', s.consecutive_dead,
+                                                     'runId', s.last_id,
+                                                     'error', s.last_error,
+                                                     'at', clock.now)
+                             ELSE d.paused_reason END,
+        generation = d.generation + CASE WHEN s.pausing THEN 1 ELSE 0 END,
+        updated_at = CASE WHEN s.pausing THEN clock.now ELSE d.updated_at END
+    FROM streak AS s, clock
+    WHERE d.tenant = s.tenant AND d.name = s.name
+), paused_audit AS (
+    INSERT INTO audit_log (at, tenant, job, run_id, action, actor, detail)
+    SELECT clock.now, s.tenant, s.name, s.last_id, 'auto-pause', 'tickwork',
+           jsonb_build_object('consecutiveDead', s.consecutive_dead,
+                              'pauseAfterFailures', s.pause_after,
+                              'error', s.last_error)
+    FROM streak AS s, clock
+    WHERE s.pausing
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state, next_attempt_at, error)
@@ -440,9 +930,58 @@ SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now, outcome, s
 FROM changed, clock
 RETURNING run_id, fencing_token, result_state, next_attempt_at
 
+-- name: record_snoozes
+-- Snoozes of locked leased runs ($1 ids, $2 tokens, $3 delays in seconds, pairwise; $4
+-- now): each run waits in retry_wait until its delay has passed, as a retried run does,
+-- but its attempt is given back (the next lease carries the same attempt number, with
+-- a new fencing token) and it counts one more snooze. Its starting deadline is met (the
+-- run started), so the deadline skip of unstarted runs leaves it alone. The lease's
+-- record in attempts says `snoozed`, under the attempt number it had.
+WITH clock AS (
+    SELECT coalesce($4::timestamptz, now()) AS now
+), snoozed AS (
+    UPDATE live_runs AS r
+    SET state = 'retry_wait',
+        attempt = r.attempt - 1,
+        snoozes = r.snoozes + 1,
+        ready_at = clock.now
+            + make_interval(secs => ($3::double precision[])[array_position($1::bigint[], r.id)]),
+        start_deadline = NULL,
+        lease_expires_at = NULL,
+        updated_at = clock.now
+    FROM clock
+    WHERE r.id = ANY($1::bigint[])
+      AND r.fencing_token = ($2::bigint[])[array_position($1::bigint[], r.id)]
+      AND r.state = 'leased'
+    RETURNING r.id, r.tenant, r.job, r.attempt + 1 AS attempt, r.fencing_token,
+              r.lease_owner, r.leased_at, r.ready_at
+), marked AS (
+    -- Status: these jobs' runs changed (nothing written for a job already in the set).
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM snoozed
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
+                      outcome, result_state, next_attempt_at)
+SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now, 'snoozed',
+       'retry_wait', ready_at
+FROM snoozed, clock
+RETURNING run_id, fencing_token, result_state, next_attempt_at, true AS snoozed
+
+-- name: lock_definitions_of_runs
+-- Before record_failures ends runs dead: the definitions of their jobs ($1 run ids,
+-- locked by the caller), locked in (tenant, name) order, so the streak each dead run
+-- adds to is counted exactly and two transactions never wait on each other in a cycle.
+SELECT d.tenant, d.name
+FROM definitions AS d
+WHERE (d.tenant, d.name) IN (SELECT r.tenant, r.job FROM live_runs AS r
+                             WHERE r.id = ANY($1::bigint[]))
+ORDER BY d.tenant, d.name
+FOR UPDATE
+
 -- name: completion_of
 -- What an earlier completion with this token answered (for idempotent repeats).
-SELECT result_state, next_attempt_at
+SELECT result_state, next_attempt_at, outcome = 'snoozed' AS snoozed
 FROM run_attempts
 WHERE run_id = $1 AND fencing_token = $2 AND outcome <> 'lease-expired'
 

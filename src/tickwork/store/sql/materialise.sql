@@ -13,6 +13,9 @@ SELECT tenant,
        spec -> 'schedule' ->> 'timeZone' AS time_zone,
        (spec -> 'schedule' ->> 'jitterSeconds')::integer AS jitter_seconds,
        spec -> 'schedule' ->> 'missedRunPolicy' AS missed_run_policy,
+       -- NULL: no choice made, the hour field's rule (core.cron.DstPolicy).
+       spec -> 'schedule' -> 'dst' ->> 'repeated' AS dst_repeated,
+       spec -> 'schedule' -> 'dst' ->> 'skipped' AS dst_skipped,
        -- bigint: a spec that did not come through the API may exceed an integer, and
        -- one failing cast here would stop every pass over the shard.
        (spec -> 'schedule' ->> 'startingDeadlineSeconds')::bigint
@@ -22,7 +25,8 @@ SELECT tenant,
        (spec -> 'retry' ->> 'baseSeconds')::double precision AS retry_base,
        (spec -> 'retry' ->> 'maxSeconds')::double precision AS retry_max,
        (spec ->> 'timeoutSeconds')::integer AS timeout_seconds,
-       coalesce((spec ->> 'concurrency')::integer, 0) AS concurrency,
+       -- > 0 for any flow control: a rate-limited run is claimed on the limited path.
+       run_concurrency(spec) AS concurrency,
        coalesce((spec ->> 'dryRun')::boolean, false) AS dry_run,
        spec -> 'payload' AS payload,
        spec ->> 'overlapPolicy' AS overlap_policy

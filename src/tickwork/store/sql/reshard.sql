@@ -30,6 +30,9 @@ FROM (
     (SELECT tenant, job FROM run_keys
      WHERE (tenant, job) > ($1, $2) ORDER BY tenant, job LIMIT 1)
     UNION ALL
+    (SELECT tenant, job FROM enqueue_keys
+     WHERE (tenant, job) > ($1, $2) ORDER BY tenant, job LIMIT 1)
+    UNION ALL
     (SELECT tenant, job FROM audit_log
      WHERE (tenant, job) > ($1, $2) ORDER BY tenant, job LIMIT 1)
     UNION ALL
@@ -81,6 +84,9 @@ WHERE run_id IN (SELECT id FROM live_runs WHERE tenant = $1 AND job = $2
 -- name: reshard_copy_run_keys
 SELECT * FROM run_keys WHERE tenant = $1 AND job = $2
 
+-- name: reshard_copy_enqueue_keys
+SELECT tenant, job, key, run_id, taken_at FROM enqueue_keys WHERE tenant = $1 AND job = $2
+
 -- name: reshard_copy_audit_log
 SELECT * FROM audit_log WHERE tenant = $1 AND job = $2
 
@@ -101,12 +107,15 @@ WITH live AS (
     DELETE FROM definitions WHERE tenant = $1 AND name = $2 RETURNING 1
 ), key_rows AS (
     DELETE FROM run_keys WHERE tenant = $1 AND job = $2 RETURNING 1
+), enqueue_key_rows AS (
+    DELETE FROM enqueue_keys WHERE tenant = $1 AND job = $2 RETURNING 1
 ), audit_rows AS (
     DELETE FROM audit_log WHERE tenant = $1 AND job = $2 RETURNING 1
 )
 SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM finished) AS runs,
        (SELECT count(*) FROM attempt_rows) + (SELECT count(*) FROM definition_rows)
-       + (SELECT count(*) FROM key_rows) + (SELECT count(*) FROM audit_rows) AS other_rows
+       + (SELECT count(*) FROM key_rows) + (SELECT count(*) FROM enqueue_key_rows)
+       + (SELECT count(*) FROM audit_rows) AS other_rows
 
 -- name: reshard_mark_changed
 -- The job's status names its shard, which changed: the operator's next status pass
@@ -135,6 +144,8 @@ WITH live AS (
     DELETE FROM definitions WHERE tenant = $1 AND name = $2
 ), key_rows AS (
     DELETE FROM run_keys WHERE tenant = $1 AND job = $2
+), enqueue_key_rows AS (
+    DELETE FROM enqueue_keys WHERE tenant = $1 AND job = $2
 ), audit_rows AS (
     DELETE FROM audit_log WHERE tenant = $1 AND job = $2
 ), change_rows AS (
@@ -224,3 +235,12 @@ WHERE datname = current_database()
   AND application_name = ANY($1::text[])
   AND pid <> pg_backend_pid()
 ORDER BY pid
+
+-- name: reshard_paused_queues
+-- Every shard holds every paused queue: a new shard gets its source shard's copy.
+SELECT tenant, queue, paused_at, actor FROM queue_pauses
+
+-- name: reshard_put_paused_queue
+INSERT INTO queue_pauses (tenant, queue, paused_at, actor)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, queue) DO NOTHING

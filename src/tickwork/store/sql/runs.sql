@@ -121,7 +121,8 @@ SELECT r.id, r.tenant, r.job, r.queue, r.priority, r.state, r.origin, r.attempt,
        r.ready_at, r.start_deadline, r.idempotency_key, r.payload, r.fencing_token,
        r.lease_owner, r.leased_at, r.lease_expires_at, r.deadline, r.cancel_requested,
        r.last_error, r.created_at, r.updated_at, r.finished_at, r.concurrency,
-       r.request_fingerprint
+       -- A key that answered another request's run keeps its own request's.
+       coalesce(k.request_fingerprint, r.request_fingerprint) AS request_fingerprint
 FROM run_keys AS k
 JOIN runs AS r ON r.id = k.run_id
 WHERE k.tenant = $1 AND k.job = $2 AND k.idempotency_key = $3
@@ -312,6 +313,11 @@ WITH clock AS (
     SELECT *
     FROM definition_run_fields
     WHERE tenant = $1 AND name = $2
+      -- A job with a unique or debounce rule takes the keyed path (enqueue_keys.sql):
+      -- no row here, as for no job, and the caller reads the definition to tell which.
+      AND NOT EXISTS (SELECT 1 FROM definitions AS d
+                      WHERE d.tenant = $1 AND d.name = $2
+                        AND d.spec ?| array['unique', 'debounce'])
     FOR SHARE
 ), new AS (
     SELECT nextval('run_ids') AS id, p.payload, p.n
@@ -325,7 +331,11 @@ WITH clock AS (
            clock.now, clock.now,
            CASE WHEN new.n = ANY($4::bigint[]) THEN job.payload
                 ELSE nullif(new.payload, 'null'::jsonb) END,
-           clock.now, clock.now, job.concurrency, job.dry_run
+           -- run_concurrency: > 0 for any flow control (read once: $1, $2, not job).
+           clock.now, clock.now,
+           run_concurrency((SELECT d.spec FROM definitions AS d
+                            WHERE d.tenant = $1 AND d.name = $2)),
+           job.dry_run
     FROM new, job, clock
     ORDER BY new.id
 ), marked AS (
@@ -362,6 +372,11 @@ WITH clock AS (
     SELECT *
     FROM definition_run_fields
     WHERE tenant = $1 AND name = $2
+      -- A job with a unique or debounce rule takes the keyed path (enqueue_keys.sql):
+      -- no row here, as for no job, and the caller reads the definition to tell which.
+      AND NOT EXISTS (SELECT 1 FROM definitions AS d
+                      WHERE d.tenant = $1 AND d.name = $2
+                        AND d.spec ?| array['unique', 'debounce'])
     FOR SHARE
 ), new AS (
     SELECT nextval('run_ids') AS id,
@@ -387,7 +402,10 @@ WITH clock AS (
            job.max_attempts, job.retry_base, job.retry_max, job.timeout_seconds,
            new.ready_at, new.ready_at, $8::text,
            CASE WHEN $6::boolean THEN $5::jsonb ELSE job.payload END,
-           clock.now, clock.now, job.concurrency, $9::bytea, job.dry_run
+           clock.now, clock.now,
+           run_concurrency((SELECT d.spec FROM definitions AS d
+                            WHERE d.tenant = $1 AND d.name = $2)),
+           $9::bytea, job.dry_run
     FROM new, job, clock
     WHERE $8::text IS NULL OR EXISTS (SELECT 1 FROM claimed_key)
     RETURNING *
