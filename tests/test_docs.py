@@ -1173,6 +1173,7 @@ def routes() -> tuple[tuple[str, re.Pattern[str]], ...]:
     from tickwork.api import (
         audit_routes,
         jobs_routes,
+        notifications_routes,
         operations_routes,
         ops_routes,
         queues_routes,
@@ -1189,6 +1190,7 @@ def routes() -> tuple[tuple[str, re.Pattern[str]], ...]:
         audit_routes.router,
         operations_routes.router,
         queues_routes.router,
+        notifications_routes.router,
         pages.router,
         actions.router,
         bulk.router,

@@ -75,6 +75,7 @@ async def test_migrating_an_empty_database_gives_the_canonical_schema(
         "finished_runs_default",
         "live_runs",
         "moved_runs",
+        "notification_targets",
         "operations",
         "queue_pauses",
         "rate_windows",

@@ -15,11 +15,13 @@ that the two agree, and the matrix checks that the server does what both say.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import itertools
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from tickwork.api.review_settings import ReviewSettings
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.api.ui import sessions
+from tickwork.core.errors import NotFound
 from tickwork.core.operations import Action, OperationState, checked
 from tickwork.core.records import Lease, Outcome, Run, State
 from tickwork.core.settings import ApiSettings
@@ -45,6 +48,7 @@ from tickwork.engine.dispatch import CompleteItem
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import EnqueueRequest
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.notifications import Target, Targets
 from tickwork.engine.operations import Operations
 from tickwork.engine.queues import Queues
 from tickwork.store.database import Database
@@ -86,6 +90,10 @@ DECLARED: dict[str, tuple[frozenset[str], tuple[str, str] | None]] = {
     "dlq.list": (frozenset({"team", "admin"}), ("list", "dlq")),
     "dlq.settle": (frozenset({"team", "admin"}), ("update", "dlq")),
     "audit.list": (frozenset({"team", "admin"}), ("list", "audit")),
+    "notifications.list": (frozenset({"team", "admin"}), ("list", "notificationtargets")),
+    "notifications.get": (frozenset({"team", "admin"}), ("get", "notificationtargets")),
+    "notifications.put": (frozenset({"team", "admin"}), ("update", "notificationtargets")),
+    "notifications.delete": (frozenset({"team", "admin"}), ("delete", "notificationtargets")),
     "operations.create": (frozenset({"team", "admin"}), ("create", "operations")),
     "operations.list": (frozenset({"team", "admin"}), ("list", "operations")),
     "operations.get": (frozenset({"team", "admin"}), ("get", "operations")),
@@ -465,6 +473,37 @@ async def list_queues(w: World, http: httpx.AsyncClient, c: Caller) -> Seen:
     return status_seen(answer, answer.is_success and queue in answer.text)
 
 
+NOW = datetime(2026, 3, 15, tzinfo=UTC)
+
+
+def notification_target(method: str) -> Call:
+    """List, read, write or delete a notification target of acme's made for the call."""
+
+    async def call(w: World, http: httpx.AsyncClient, c: Caller) -> Seen:
+        name = f"t-{next(w.names)}"
+        targets = Targets(w.services.engine.database, w.services.engine.clock)
+        made = Target(name, "http://127.0.0.1:9/hook", "json", None, False, NOW, "matrix")
+        if method != "PUT":
+            await targets.put(TENANT, made)
+        path = "/v1/notification-targets" + ("" if method == "LIST" else f"/{name}")
+        body = {"url": "http://127.0.0.1:9/other"} if method == "PUT" else None
+        answer = await http.request(
+            "GET" if method == "LIST" else method, path, params=w.query(c), json=body
+        )
+        found = await targets.get(TENANT, name)
+        with contextlib.suppress(NotFound):
+            await targets.delete(TENANT, name)
+        effect = {
+            "LIST": name in answer.text,
+            "GET": name in answer.text,
+            "PUT": found is not None,
+            "DELETE": found is None,
+        }[method]
+        return status_seen(answer, answer.is_success and effect)
+
+    return call
+
+
 def plain(path: str) -> Call:
     async def call(w: World, http: httpx.AsyncClient, c: Caller) -> Seen:
         return status_seen(await http.get(path))
@@ -524,6 +563,34 @@ ROUTES = [
         (Operation.pause_queue,),
         "tenant",
         queue_action("resume"),
+    ),
+    Route(
+        "GET",
+        "/v1/notification-targets",
+        (Operation.list_targets,),
+        "tenant",
+        notification_target("LIST"),
+    ),
+    Route(
+        "GET",
+        "/v1/notification-targets/{name}",
+        (Operation.get_target,),
+        "tenant",
+        notification_target("GET"),
+    ),
+    Route(
+        "PUT",
+        "/v1/notification-targets/{name}",
+        (Operation.put_target,),
+        "tenant",
+        notification_target("PUT"),
+    ),
+    Route(
+        "DELETE",
+        "/v1/notification-targets/{name}",
+        (Operation.delete_target,),
+        "tenant",
+        notification_target("DELETE"),
     ),
     Route("GET", "/v1/dlq", (Operation.list_dead,), "tenant", list_dead),
     Route("POST", "/v1/dlq/{runId}:replay", (Operation.settle_dead,), "run", settle("replay")),
@@ -971,7 +1038,7 @@ async def test_every_api_route_for_every_principal(world: World) -> None:
         await asyncio.gather(*(client.aclose() for client in clients.values()))
     assert not [line for line in wrong if line], "\n".join(filter(None, wrong))
     # The matrix's size, for the record: every route for every principal.
-    assert len(wrong) == len(ROUTES) * len(CALLERS) == 33 * 13
+    assert len(wrong) == len(ROUTES) * len(CALLERS) == 37 * 13
 
 
 async def sign_in(world: World, http: httpx.AsyncClient, caller: Caller) -> str | None:

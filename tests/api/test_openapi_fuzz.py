@@ -376,6 +376,15 @@ def walk(api: Checker, job: str, queue: str) -> None:
     assert api.call("POST", "/v1/operations/{operationId}:cancel", **made).status_code == 200
     for verb in ("pause", "resume"):
         assert api.call("POST", f"/v1/queues/{{queue}}:{verb}", queue=queue).status_code == 200
+    hook = {"name": f"{job}-hook"}
+    target = {"url": "https://hooks.example.com/tickwork", "secretRef": {"env": "HOOK_KEY"}}
+    put = api.call("PUT", "/v1/notification-targets/{name}", body=target, **hook)
+    assert put.status_code == 201, put.text
+    again = api.call("PUT", "/v1/notification-targets/{name}", body=target, **hook)
+    assert again.status_code == 200
+    assert api.call("GET", "/v1/notification-targets/{name}", **hook).status_code == 200
+    assert api.call("GET", "/v1/notification-targets").status_code == 200
+    assert api.call("DELETE", "/v1/notification-targets/{name}", **hook).status_code == 204
     assert api.call("DELETE", "/v1/jobs/{name}", **name).status_code == 200
     for path in ("/healthz", "/readyz", "/metrics"):
         assert api.call("GET", path).status_code == 200
@@ -409,7 +418,7 @@ async def test_generated_requests_keep_the_contract_on_both_paths(
         for path, methods in document["paths"].items()
         for method in methods
     }
-    assert len(operations) == 32  # every route of the contract, ops included
+    assert len(operations) == 36  # every route of the contract, ops included
     assert operations >= HOT_OPERATIONS and len(HOT_OPERATIONS) == 7
     server = HttpServer(routed_app(api_server.services), port=0)
     routed_url = await server.start()

@@ -49,6 +49,10 @@ class Operation(enum.StrEnum):
     list_dead = "dlq.list"
     settle_dead = "dlq.settle"  # replay and discard
     list_audit = "audit.list"
+    list_targets = "notifications.list"
+    get_target = "notifications.get"
+    put_target = "notifications.put"
+    delete_target = "notifications.delete"
     # Bulk operations: replay, discard or cancel every run matching a filter.
     create_operation = "operations.create"
     list_operations = "operations.list"
@@ -101,6 +105,10 @@ POLICY: Final[Mapping[Operation, Rule]] = {
     Operation.list_dead: Rule(_TEAM, "list", "dlq"),
     Operation.settle_dead: Rule(_TEAM, "update", "dlq", named=True),
     Operation.list_audit: Rule(_TEAM, "list", "audit"),
+    Operation.list_targets: Rule(_TEAM, "list", "notificationtargets"),
+    Operation.get_target: Rule(_TEAM, "get", "notificationtargets", named=True),
+    Operation.put_target: Rule(_TEAM, "update", "notificationtargets", named=True),
+    Operation.delete_target: Rule(_TEAM, "delete", "notificationtargets", named=True),
     Operation.create_operation: Rule(_TEAM, "create", "operations"),
     Operation.list_operations: Rule(_TEAM, "list", "operations"),
     Operation.get_operation: Rule(_TEAM, "get", "operations"),

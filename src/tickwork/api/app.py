@@ -17,6 +17,7 @@ from tickwork.api import (
     edge,
     fast_path,
     jobs_routes,
+    notifications_routes,
     operations_routes,
     ops_routes,
     problems,
@@ -205,6 +206,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(audit_routes.router)
     app.include_router(operations_routes.router)
     app.include_router(queues_routes.router)
+    app.include_router(notifications_routes.router)
     dashboard.install(app, services)
     # Outermost last: every answer counted, a client gone before its body was read
     # (not an error), the body deadline, then authentication (before any body is

@@ -25,7 +25,7 @@ from tickwork.api.auth import (
     generate_token,
 )
 from tickwork.api.tokens_file import TokensFile
-from tickwork.cli import options, runtime
+from tickwork.cli import options, runtime, webhooks
 from tickwork.cli.demo import DemoWorker
 from tickwork.coordination import choice
 from tickwork.core.errors import SchemaMismatch
@@ -200,8 +200,11 @@ async def _run(run: _Run) -> None:
                     click.echo(f"enqueued one run of each of the {len(sync.known)} jobs")
             reloaded = run.tokens if isinstance(run.tokens, TokensFile) else None
             try:
-                async with runtime.reloading(reloaded, engine, metrics):
-                    await runtime.run_until_stopped(stop, *loops)
+                async with (
+                    runtime.reloading(reloaded, engine, metrics),
+                    webhooks.delivery_loop(engine.dispatcher) as deliveries,
+                ):
+                    await runtime.run_until_stopped(stop, *loops, deliveries)
             finally:
                 click.echo("stopping ...")
                 await http.stop()

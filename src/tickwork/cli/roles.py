@@ -17,7 +17,7 @@ import click
 from tickwork.api.app import create_app
 from tickwork.api.server import BadCertificate, HttpServer, check_tls
 from tickwork.api.tokens_file import TokensFile
-from tickwork.cli import options, runtime
+from tickwork.cli import options, runtime, webhooks
 from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
 from tickwork.coordination.coordinator import Timing
@@ -107,7 +107,8 @@ def scheduler(**given: Any) -> None:
                     f"{owning.lease_seconds:g}s" + (f"; probes on {probes.url}" if probes else "")
                 )
                 try:
-                    await runtime.run_until_stopped(stop, loop.run)
+                    async with webhooks.delivery_loop(engine.dispatcher) as deliveries:
+                        await runtime.run_until_stopped(stop, loop.run, deliveries)
                 finally:
                     if probes is not None:
                         await probes.stop()

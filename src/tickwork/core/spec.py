@@ -833,6 +833,48 @@ class RateLimit(_Model):
         return _flow_pointer(value)
 
 
+class NotifyEvent(enum.StrEnum):
+    """What a job's notification target is told about."""
+
+    dead = "dead"
+    auto_paused = "autoPaused"
+
+
+# The system job that carries notifications: its runs are the deliveries, on a queue
+# of their own that tickwork's scheduler serves. Users can neither create a job of this
+# name (engine.jobs) nor give a job this queue (JobSpec's queue validator).
+NOTIFY_JOB: Final = "tickwork.notify"
+NOTIFY_QUEUE: Final = "tickwork-notifications"
+
+
+class Notify(_Model):
+    """Where and when the job's notifications go."""
+
+    target: StrictStr | None = Field(
+        default=None,
+        description="The tenant's notification target to send to "
+        "(PUT /v1/notification-targets/{name}); absent: the tenant's default target.",
+        json_schema_extra={"maxLength": limits.MAX_NAME_LENGTH, "pattern": NAME_PATTERN},
+    )
+    on: list[NotifyEvent] = Field(
+        default_factory=lambda: [NotifyEvent.dead, NotifyEvent.auto_paused],
+        description="The events notified: `dead` (a run of the job went dead) and "
+        "`autoPaused` (pauseAfterFailures paused the job). Empty: none.",
+    )
+
+    @field_validator("target")
+    @classmethod
+    def _check_target(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_name(value)
+        return value
+
+    @field_validator("on")
+    @classmethod
+    def _distinct(cls, value: list[NotifyEvent]) -> list[NotifyEvent]:
+        return list(dict.fromkeys(value))
+
+
 class JobSpec(_Model):
     """A job definition. At most one of `schedule` and `runAt`; with neither, the job
     runs only when a run is enqueued through the API."""
@@ -935,6 +977,12 @@ class JobSpec(_Model):
         "replaces that run's payload and moves its start to `seconds` from now (at most "
         "`maxSeconds` after the burst began). Not with unique.",
     )
+    notify: Notify | None = Field(
+        default=None,
+        description="Send the job's notifications (a dead run, the job auto-paused) to "
+        "a notification target of the tenant; absent: the tenant's default target, if "
+        "it has one. See docs/operations.md, Notifications.",
+    )
     payload: Payload = None
     job_template: JobTemplate | None = Field(
         default=None, description=containers.template_schema(closed=True)["description"]
@@ -947,8 +995,10 @@ class JobSpec(_Model):
 
     @field_validator("queue")
     @classmethod
-    def _check_queue(cls, value: str) -> str:
+    def _check_queue(cls, value: str, info: ValidationInfo) -> str:
         check_queue(value)
+        if value == NOTIFY_QUEUE and not _stored(info):
+            raise PydanticCustomError("reserved_queue", "this queue is reserved for tickwork")
         return value
 
     @field_validator("payload")
@@ -1041,6 +1091,7 @@ _ADDED_FIELD_DEFAULTS: Final[dict[str, Any]] = {
     "pauseAfterFailures": None,
     "concurrencyKey": None,
     "rateLimit": None,
+    "notify": None,
 }
 
 

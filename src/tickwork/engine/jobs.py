@@ -42,7 +42,7 @@ from tickwork.core.records import (
     Scope,
     State,
 )
-from tickwork.core.spec import JobSpec, Priority
+from tickwork.core.spec import NOTIFY_JOB, JobSpec, Priority
 from tickwork.engine import cursors, forwarding
 from tickwork.store import clock as store_clock
 from tickwork.store import definitions, dlq, enqueue_keys, observe, runs
@@ -189,6 +189,8 @@ class Jobs:
         ``manager`` says where the job is declared (None: the HTTP API). The API may not
         replace a managed job (``ManagedByKubernetes``); a declaration takes over a job
         the API made, since the declaration is what GitOps keeps true."""
+        if name == NOTIFY_JOB:
+            raise InvalidRequest(f"job name {name!r} is reserved for tickwork", field="name")
         shard = self.shard_of(tenant, name)
         async with self.database.transaction(shard) as conn:
             current = await definitions.lock(conn, shard, tenant, name, exclusive=True)
@@ -681,8 +683,11 @@ class Jobs:
         The order is ``(finishedAt, shard, id)`` descending; the cursor is the last one.
         """
         per_shard: list[list[Run]] = []
+        # A notification's delivery run lives on the shard of the run it is about.
         shard_numbers = (
-            range(self.database.shard_count) if job is None else [self.shard_of(tenant, job)]
+            range(self.database.shard_count)
+            if job is None or job == NOTIFY_JOB
+            else [self.shard_of(tenant, job)]
         )
         for shard in shard_numbers:
             before = None if cursor is None else cursor.bound_for(shard)

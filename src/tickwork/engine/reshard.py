@@ -46,7 +46,7 @@ from tickwork.core import hashing
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.shards import Shard, ShardMap
 from tickwork.core.testsignal import Signals, TestSignal
-from tickwork.store import database, epochs, migrate, reshard, shard_leases
+from tickwork.store import database, epochs, migrate, notifications, reshard, shard_leases
 from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
@@ -330,6 +330,8 @@ class Resharder:
         async with self._connected(source) as src, self._connected(target) as dst:
             # First: the new shard's claims must skip a paused queue from its first run.
             await reshard.copy_paused_queues(src, dst)
+            # And name a notification's target from its own copy (leases.sql).
+            await notifications.copy_all(src, dst)
             async for tenant, job in self._jobs(src):
                 moves.jobs_seen += 1
                 if self._moves(tenant, job):

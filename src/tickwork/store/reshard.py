@@ -61,7 +61,7 @@ JOB_TABLES: Final = (
 JOB_MARKS: Final = ("changed_jobs",)
 TENANT_TABLES: Final = ("enqueue_buckets",)
 # Copied whole to each new shard: every shard holds all of it.
-REPLICATED_TABLES: Final = ("queue_pauses",)
+REPLICATED_TABLES: Final = ("notification_targets", "queue_pauses")
 # What each shard keeps for itself: never moved. A moved job's or queue's rate window
 # (rate_windows) starts afresh where it lands: at most one period's leases more, once.
 # A bulk operation's part (operations) acts on the runs its shard held when it began.

@@ -21,6 +21,7 @@
 -- migration 0017_rate_limits_and_keyed_concurrency
 -- migration 0018_bulk_operations
 -- migration 0019_queue_pauses
+-- migration 0020_notifications
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -269,6 +270,21 @@ CREATE TABLE moved_runs (
 ALTER TABLE moved_runs ADD CONSTRAINT moved_runs_pkey PRIMARY KEY (run_id);
 ALTER TABLE moved_runs ADD CONSTRAINT moved_runs_shard_check CHECK ((shard >= 0));
 CREATE UNIQUE INDEX moved_runs_pkey ON moved_runs USING btree (run_id);
+
+CREATE TABLE notification_targets (
+    tenant text NOT NULL,
+    name text NOT NULL,
+    url text NOT NULL,
+    format text NOT NULL,
+    secret_ref jsonb,
+    is_default boolean NOT NULL DEFAULT false,
+    updated_at timestamp with time zone NOT NULL,
+    actor text NOT NULL
+);
+ALTER TABLE notification_targets ADD CONSTRAINT notification_targets_format_check CHECK ((format = ANY (ARRAY['json'::text, 'slack'::text])));
+ALTER TABLE notification_targets ADD CONSTRAINT notification_targets_pkey PRIMARY KEY (tenant, name);
+CREATE UNIQUE INDEX notification_targets_default ON notification_targets USING btree (tenant) WHERE is_default;
+CREATE UNIQUE INDEX notification_targets_pkey ON notification_targets USING btree (tenant, name);
 
 CREATE TABLE operations (
     id text NOT NULL,

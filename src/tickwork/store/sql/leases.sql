@@ -922,12 +922,67 @@ WITH clock AS (
                               'error', s.last_error)
     FROM streak AS s, clock
     WHERE s.pausing
+), events AS (
+    -- Notifications (docs/operations.md, Notifications): a run gone dead, a job paused
+    -- by its streak. A delivery run's own death notifies nobody (no loops).
+    SELECT e.tenant, e.job, e.id AS run_id, 'dead' AS event, e.new_error AS error,
+           NULL::integer AS consecutive_dead
+    FROM ended AS e
+    WHERE e.new_state = 'dead' AND e.job <> 'tickwork.notify'
+    UNION ALL
+    SELECT s.tenant, s.name, s.last_id, 'autoPaused', s.last_error, s.consecutive_dead
+    FROM streak AS s
+    WHERE s.pausing
+), addressed AS (
+    -- The job's own notify (its target, else the tenant's default, for the events it
+    -- lists), or without one the tenant's default target for every event.
+    SELECT ev.*, coalesce(d.spec -> 'notify' ->> 'target', t.name) AS target
+    FROM events AS ev
+    LEFT JOIN definitions AS d ON d.tenant = ev.tenant AND d.name = ev.job
+    LEFT JOIN notification_targets AS t ON t.tenant = ev.tenant AND t.is_default
+    WHERE d.spec -> 'notify' IS NULL
+       OR coalesce(d.spec -> 'notify' -> 'on', '["dead", "autoPaused"]'::jsonb) ? ev.event
+), planned AS (
+    -- The run's public id (core.shards.format_run_id): the key is the same whichever
+    -- shard a receiver hears from.
+    SELECT nextval('run_ids') AS id, a.*, 'notify/' || a.event || '/' || public.id AS key,
+           public.id AS public_id
+    FROM addressed AS a,
+         LATERAL (SELECT 'r' || m.shard || '-' || a.run_id AS id FROM shard_meta AS m) AS public
+    WHERE a.target IS NOT NULL
+), claimed AS (
+    -- The key is the event's: the same event twice makes one delivery.
+    INSERT INTO run_keys (tenant, job, idempotency_key, run_id, created_at)
+    SELECT p.tenant, 'tickwork.notify', p.key, p.id, clock.now
+    FROM planned AS p, clock
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+), deliveries AS (
+    -- The system job's retry: 20 attempts, full jitter from 5 s up to 5 minutes, so a
+    -- receiver down for an hour still gets every notification.
+    INSERT INTO live_runs (id, tenant, job, queue, priority, state, origin, max_attempts,
+                           retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                           idempotency_key, payload, created_at, updated_at)
+    SELECT p.id, p.tenant, 'tickwork.notify', 'tickwork-notifications', 0, 'ready', 'api',
+           20, 5, 300, 60, clock.now, clock.now, p.key,
+           jsonb_strip_nulls(jsonb_build_object(
+               'event', p.event, 'tenant', p.tenant, 'job', p.job, 'runId', p.public_id,
+               'error', p.error, 'consecutiveDead', p.consecutive_dead,
+               'target', p.target, 'at', clock.now)),
+           clock.now, clock.now
+    FROM planned AS p, clock
+    WHERE p.id IN (SELECT run_id FROM claimed)
+    RETURNING queue
+), woken AS (
+    -- One row whatever it counts: joined below so that it runs.
+    SELECT count(pg_notify('tickwork_ready', current_schema() || ' ' || queue)) AS sent
+    FROM (SELECT DISTINCT queue FROM deliveries) AS q
 )
 INSERT INTO attempts (run_id, attempt, fencing_token, worker_id, leased_at, finished_at,
                       outcome, result_state, next_attempt_at, error)
 SELECT id, attempt, fencing_token, lease_owner, leased_at, clock.now, outcome, state,
        CASE WHEN state = 'retry_wait' THEN ready_at END, error
-FROM changed, clock
+FROM changed, clock, woken
 RETURNING run_id, fencing_token, result_state, next_attempt_at
 
 -- name: record_snoozes

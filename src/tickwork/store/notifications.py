@@ -1,0 +1,106 @@
+"""A tenant's notification targets in one shard, and delivered notifications' audit
+entries (``notifications.sql``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+import orjson
+
+from tickwork.store import queries
+from tickwork.store.database import Connection
+
+CLEAR_DEFAULT: Final = queries.get("clear_default_notification_target")
+PUT_TARGET: Final = queries.get("put_notification_target")
+TARGET: Final = queries.get("notification_target")
+TARGETS_OF_TENANT: Final = queries.get("notification_targets_of_tenant")
+DELETE_TARGET: Final = queries.get("delete_notification_target")
+ALL_TARGETS: Final = queries.get("all_notification_targets")
+COPY_TARGET: Final = queries.get("copy_notification_target")
+RECORD_DELIVERY: Final = queries.get("record_delivery")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    url: str
+    format: str  # json or slack
+    secret_ref: dict[str, str] | None  # {"env": NAME} or {"file": PATH}: never the key
+    default: bool
+    updated_at: datetime
+    actor: str
+
+
+def _target(row: asyncpg.Record) -> Target:
+    secret = row["secret_ref"]
+    return Target(
+        row["name"],
+        row["url"],
+        row["format"],
+        None if secret is None else orjson.loads(secret),
+        row["is_default"],
+        row["updated_at"],
+        row["actor"],
+    )
+
+
+async def put(
+    conn: Connection,
+    tenant: str,
+    target: Target,
+    now: datetime | None = None,
+) -> Target:
+    secret = None if target.secret_ref is None else orjson.dumps(target.secret_ref).decode()
+    async with conn.transaction():
+        if target.default:
+            await conn.execute(CLEAR_DEFAULT, tenant, target.name)
+        row = await conn.fetchrow(
+            PUT_TARGET,
+            tenant,
+            target.name,
+            target.url,
+            target.format,
+            secret,
+            target.default,
+            target.actor,
+            now,
+        )
+    assert row is not None
+    return _target(row)
+
+
+async def get(conn: Connection, tenant: str, name: str) -> Target | None:
+    row = await conn.fetchrow(TARGET, tenant, name)
+    return None if row is None else _target(row)
+
+
+async def of_tenant(conn: Connection, tenant: str) -> list[Target]:
+    return [_target(row) for row in await conn.fetch(TARGETS_OF_TENANT, tenant)]
+
+
+async def delete(conn: Connection, tenant: str, name: str) -> bool:
+    """Whether this shard held the target (it does not now)."""
+    return await conn.fetchrow(DELETE_TARGET, tenant, name) is not None
+
+
+async def copy_all(source: Connection, target: Connection) -> int:
+    """Give ``target`` (a new shard) every notification target ``source`` holds."""
+    rows = await source.fetch(ALL_TARGETS)
+    await target.executemany(COPY_TARGET, [tuple(row.values()) for row in rows])
+    return len(rows)
+
+
+async def record_delivery(
+    conn: Connection,
+    tenant: str,
+    job: str,
+    delivery_run_id: int,
+    detail: dict[str, Any],
+    now: datetime | None = None,
+) -> None:
+    await conn.execute(
+        RECORD_DELIVERY, tenant, job, delivery_run_id, orjson.dumps(detail).decode(), now
+    )
