@@ -99,10 +99,11 @@ async def test_every_role_starting_at_once(fault_url: str, tmp_path: Path) -> No
     }
     try:
         await eventually(
-            lambda: partitions_ready(fault_url), within=30, every=0.1, what="partitions"
+            lambda: partitions_ready(fault_url), within=60, every=0.1, what="partitions"
         )
-        await eventually(lambda: answers(api_url), within=30, every=0.1, what="the dispatcher")
-        await eventually(lambda: answers(dev_url), within=30, every=0.1, what="tickwork dev")
+        # Five processes migrating and starting at once on two loaded cores: a minute.
+        await eventually(lambda: answers(api_url), within=60, every=0.1, what="the dispatcher")
+        await eventually(lambda: answers(dev_url), within=60, every=0.1, what="tickwork dev")
         async with httpx.AsyncClient(
             base_url=api_url, headers={"Authorization": f"Bearer {TEAM}"}
         ) as http:
