@@ -102,3 +102,31 @@ async def test_the_notify_job_and_queue_are_reserved(api_server: ApiServer) -> N
         assert job.status_code == 400 and job.json()["field"] == "name", job.text
         queue = await team.put("/v1/jobs/sneaky", json={"queue": "tickwork-notifications"})
         assert queue.status_code == 400 and queue.json()["field"] == "queue", queue.text
+
+
+async def test_no_token_leases_the_notifications_queue(api_server: ApiServer) -> None:
+    # Its runs are the deliveries: a worker that took one would swallow an alert.
+    for token in (api_server.worker_token, api_server.admin_token):
+        async with client(api_server, token) as caller:
+            answer = await caller.post(
+                "/v1/lease",
+                json={"queues": ["default", "tickwork-notifications"], "workerId": "w"},
+            )
+        assert answer.status_code == 403 and answer.json()["field"] == "queues", answer.text
+
+
+@pytest.mark.parametrize(
+    ("notify", "field"),
+    [
+        ({"deadline": "6am"}, "notify.deadline"),
+        ({"deadline": "06:00", "timeZone": "Mars/Olympus"}, "notify.timeZone"),
+        ({"leasedLongerThanSeconds": 0}, "notify.leasedLongerThanSeconds"),
+        ({"on": ["late"]}, "notify.on[0]"),
+    ],
+)
+async def test_bad_watches_are_refused_naming_the_field(
+    api_server: ApiServer, notify: dict[str, object], field: str
+) -> None:
+    async with client(api_server, api_server.team_token) as team:
+        answer = await team.put("/v1/jobs/nightly", json={"notify": notify})
+    assert answer.status_code == 400 and answer.json()["field"] == field, answer.text

@@ -25,7 +25,7 @@ from typing import Final
 from tickwork.api.auth import FILE_ROLES, Action, Principal, Role
 from tickwork.core.errors import Forbidden, InvalidRequest, NotFound
 from tickwork.core.records import Attempt, Run, Scope
-from tickwork.core.spec import check_tenant
+from tickwork.core.spec import NOTIFY_QUEUE, check_tenant
 from tickwork.engine.dispatch import QueueGrant
 from tickwork.engine.jobs import Jobs
 
@@ -230,6 +230,14 @@ async def lease_queues(principal: Principal, queues: Sequence[str]) -> str | Non
     """Refuse a lease of a queue the caller may not lease; return the tenant whose runs
     it leases (None: an admin's, any tenant's)."""
     admit(principal, Operation.lease)
+    if NOTIFY_QUEUE in queues:
+        # Its runs are the notifications' deliveries, which the schedulers make: a
+        # worker that took one would swallow a team's alert.
+        raise Forbidden(
+            f"queue {NOTIFY_QUEUE} carries tickwork's own notification deliveries; "
+            "no token leases it",
+            field="queues",
+        )
     if principal.queues is not None:
         outside = sorted(set(queues) - principal.queues)
         if outside:

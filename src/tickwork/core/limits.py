@@ -76,6 +76,9 @@ MAX_JITTER_SECONDS: Final = 3600
 MAX_DEADLINE_SECONDS: Final = 366 * 24 * 3600
 """``schedule.startingDeadlineSeconds`` (from 1)."""
 
+MAX_LEASE_WATCH_SECONDS: Final = 7 * 24 * 3600
+"""``notify.leasedLongerThanSeconds`` (from 1): a week."""
+
 MAX_RUN_ALL_CATCH_UP: Final = 100
 """Missed fire times one ``run_all`` catch-up inserts; the rest are counted as dropped."""
 

@@ -838,6 +838,12 @@ class NotifyEvent(enum.StrEnum):
 
     dead = "dead"
     auto_paused = "autoPaused"
+    deadline_missed = "deadlineMissed"
+    leased_too_long = "leasedTooLong"
+
+
+# HH:MM on a 24-hour clock: the local time a run must have succeeded by.
+_DEADLINE_RE: Final = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
 
 
 # The system job that carries notifications: its runs are the deliveries, on a queue
@@ -857,9 +863,33 @@ class Notify(_Model):
         json_schema_extra={"maxLength": limits.MAX_NAME_LENGTH, "pattern": NAME_PATTERN},
     )
     on: list[NotifyEvent] = Field(
-        default_factory=lambda: [NotifyEvent.dead, NotifyEvent.auto_paused],
-        description="The events notified: `dead` (a run of the job went dead) and "
-        "`autoPaused` (pauseAfterFailures paused the job). Empty: none.",
+        default_factory=lambda: list(NotifyEvent),
+        description="The events notified: `dead` (a run of the job went dead), "
+        "`autoPaused` (pauseAfterFailures paused the job), `deadlineMissed` (a run not "
+        "succeeded by `deadline`) and `leasedTooLong` (an attempt leased longer than "
+        "`leasedLongerThanSeconds`). Default: all of them; the last two only where their "
+        "setting is given. Empty: none.",
+    )
+    deadline: StrictStr | None = Field(
+        default=None,
+        description='A local time, "HH:MM" (24-hour), in `timeZone`: a run not succeeded '
+        "by the first such time after its due time is notified (`deadlineMissed`), "
+        "whatever state it is in then. A time skipped by a DST change counts as the "
+        "instant after the gap; a repeated one at its first occurrence.",
+        examples=["06:00"],
+        json_schema_extra={"pattern": f"^{_DEADLINE_RE.pattern}$", "maxLength": 5},
+    )
+    time_zone: StrictStr | None = Field(
+        default=None,
+        description="The IANA time zone `deadline` is read in; absent: the schedule's "
+        "`timeZone`, else UTC.",
+    )
+    leased_longer_than_seconds: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=limits.MAX_LEASE_WATCH_SECONDS,
+        description="An attempt still leased (running) this many seconds after it was "
+        "leased is notified (`leasedTooLong`), once per attempt.",
     )
 
     @field_validator("target")
@@ -873,6 +903,20 @@ class Notify(_Model):
     @classmethod
     def _distinct(cls, value: list[NotifyEvent]) -> list[NotifyEvent]:
         return list(dict.fromkeys(value))
+
+    @field_validator("deadline")
+    @classmethod
+    def _check_deadline(cls, value: str | None) -> str | None:
+        if value is not None and not _DEADLINE_RE.fullmatch(value):
+            raise PydanticCustomError("deadline", 'a local time "HH:MM", 00:00 to 23:59')
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _check_zone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not _stored(info):
+            _parse("* * * * *", value)
+        return value
 
 
 class JobSpec(_Model):
@@ -979,9 +1023,10 @@ class JobSpec(_Model):
     )
     notify: Notify | None = Field(
         default=None,
-        description="Send the job's notifications (a dead run, the job auto-paused) to "
-        "a notification target of the tenant; absent: the tenant's default target, if "
-        "it has one. See docs/operations.md, Notifications.",
+        description="Send the job's notifications (a dead run, the job auto-paused, a "
+        "run not succeeded by a deadline, an attempt leased too long) to a notification "
+        "target of the tenant; absent: the tenant's default target, if it has one, for "
+        "dead runs and auto-pauses. See docs/operations.md, Notifications.",
     )
     payload: Payload = None
     job_template: JobTemplate | None = Field(

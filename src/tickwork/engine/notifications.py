@@ -129,10 +129,24 @@ def slack_text(notice: Mapping[str, Any]) -> str:
     job = f"{notice['tenant']}/{notice['job']}"
     error = notice.get("error") or {}
     reason = error.get("message") if isinstance(error, dict) else None
-    if notice["event"] == "autoPaused":
+    event = notice["event"]
+    if event == "autoPaused":
         head = (
             f":pause_button: tickwork paused job {job} after "
             f"{notice.get('consecutiveDead')} consecutive dead runs"
+        )
+    elif event == "deadlineMissed":
+        head = (
+            f":alarm_clock: run {notice['runId']} of job {job} (due {notice.get('dueAt')}) "
+            f"had not succeeded by its deadline {notice.get('deadline')}: it is "
+            f"{notice.get('state')} (deadlineMissed)"
+        )
+    elif event == "leasedTooLong":
+        head = (
+            f":hourglass: attempt {notice.get('attempt')} of run {notice['runId']} of job "
+            f"{job} has been leased since {notice.get('leasedAt')} by "
+            f"{notice.get('workerId')}, over {notice.get('leasedLongerThanSeconds')} s "
+            "(leasedTooLong)"
         )
     else:
         head = f":x: run {notice['runId']} of job {job} is dead"

@@ -38,7 +38,7 @@ from tickwork.core import backoff
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.spec import Priority
 from tickwork.core.testsignal import Signals, TestSignal
-from tickwork.engine import jobs, materialiser, operations
+from tickwork.engine import jobs, materialiser, operations, watches
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.observer import ShardObserver
 from tickwork.store import epochs, outages, retention, sweeps
@@ -62,6 +62,8 @@ class TickReport:
     replaced: int = 0
     # Runs bulk operations acted on (replayed, discarded, cancelled).
     operated: int = 0
+    # Notifications made for runs past their deadline or leased too long.
+    notified: int = 0
     # Seconds until this shard's next waiting run is due (None: nothing waiting).
     next_due_in: float | None = None
 
@@ -169,6 +171,7 @@ class Scheduler:
         self._owned: dict[int, _Owned] = {}
         self._acquired_at: dict[int, float] = {}
         self._maintained: dict[int, float] = {}
+        self._watched: dict[int, float] = {}
         self._steps: dict[int, str] = {}  # the step each shard's pass is at
         # Per failing shard: consecutive failures, and the loop time of its next try.
         self._failures: dict[int, int] = {}
@@ -262,6 +265,7 @@ class Scheduler:
         if worked.more:
             # A bulk operation is under way: the next pass comes soon, not in a second.
             report.next_due_in = 0.0
+        report.notified = await self._watch(conn, shard, term, fence)
         await self._maintain(conn, shard, term, fence)
         if self.observer is not None:
             self._guard(shard, term, "observe")
@@ -293,6 +297,18 @@ class Scheduler:
             self.before_write(shard, step)
         if not self.ownership.owns(shard, term):
             raise _Lapsed(shard)
+
+    async def _watch(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> int:
+        """Every few seconds: notifications of runs past their job's deadline or leased
+        longer than it allows (engine.watches)."""
+        moment = asyncio.get_running_loop().time()
+        last = self._watched.get(shard)
+        if last is not None and moment - last < watches.INTERVAL_SECONDS:
+            return 0
+        self._guard(shard, term, "watch")
+        made = await watches.look(conn, self.clock.now(), fence=fence)
+        self._watched[shard] = moment
+        return made
 
     async def _maintain(self, conn: Connection, shard: int, term: int, fence: epochs.Fence) -> None:
         """Hourly: run-history partitions ahead, expired ones dropped, old audit

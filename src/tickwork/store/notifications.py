@@ -3,6 +3,7 @@ entries (``notifications.sql``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -21,6 +22,8 @@ DELETE_TARGET: Final = queries.get("delete_notification_target")
 ALL_TARGETS: Final = queries.get("all_notification_targets")
 COPY_TARGET: Final = queries.get("copy_notification_target")
 RECORD_DELIVERY: Final = queries.get("record_delivery")
+WATCHED_RUNS: Final = queries.get("watched_runs")
+ENQUEUE_NOTIFICATIONS: Final = queries.get("enqueue_notifications")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +107,67 @@ async def record_delivery(
     await conn.execute(
         RECORD_DELIVERY, tenant, job, delivery_run_id, orjson.dumps(detail).decode(), now
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """A run of a job that watches its deadline or its leases, perhaps overdue."""
+
+    event: str  # deadlineMissed or leasedTooLong
+    tenant: str
+    job: str
+    target: str
+    notify: dict[str, Any]
+    schedule_zone: str | None
+    run_id: str  # public: r<shard>-<id>
+    state: str
+    due_at: datetime
+    attempt: int
+    leased_at: datetime | None
+    worker_id: str | None
+
+
+async def watched_runs(
+    conn: Connection, now: datetime, lookback_seconds: float, limit: int
+) -> list[Watched]:
+    rows = await conn.fetch(WATCHED_RUNS, now, lookback_seconds, limit)
+    return [
+        Watched(
+            row["event"],
+            row["tenant"],
+            row["job"],
+            row["target"],
+            orjson.loads(row["notify"]),
+            row["schedule_zone"],
+            row["run_id"],
+            row["state"],
+            row["due_at"],
+            row["attempt"],
+            row["leased_at"],
+            row["lease_owner"],
+        )
+        for row in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A notification to make: its tenant, its key and the body it carries."""
+
+    tenant: str
+    key: str
+    body: dict[str, Any]
+
+
+async def enqueue(conn: Connection, notices: Sequence[Notice], now: datetime) -> int:
+    """Make the deliveries of ``notices`` whose keys are new; how many were made."""
+    if not notices:
+        return 0
+    made = await conn.fetchval(
+        ENQUEUE_NOTIFICATIONS,
+        [n.tenant for n in notices],
+        [n.key for n in notices],
+        [orjson.dumps(n.body).decode() for n in notices],
+        now,
+    )
+    return int(made)

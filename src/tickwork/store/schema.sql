@@ -22,6 +22,7 @@
 -- migration 0018_bulk_operations
 -- migration 0019_queue_pauses
 -- migration 0020_notifications
+-- migration 0021_notification_watches
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START WITH 1 INCREMENT BY 1;
 
@@ -105,6 +106,7 @@ ALTER TABLE definitions ADD CONSTRAINT definitions_pkey PRIMARY KEY (tenant, nam
 ALTER TABLE definitions ADD CONSTRAINT definitions_priority_check CHECK (((priority >= 0) AND (priority <= 2)));
 CREATE INDEX definitions_due ON definitions USING btree (next_due_at) WHERE ((NOT paused) AND (next_due_at IS NOT NULL));
 CREATE INDEX definitions_managed ON definitions USING btree (managed_by, tenant, name) WHERE (managed_by IS NOT NULL);
+CREATE INDEX definitions_notify_watched ON definitions USING btree (tenant, name) WHERE ((spec -> 'notify'::text) ?| ARRAY['deadline'::text, 'leasedLongerThanSeconds'::text]);
 CREATE UNIQUE INDEX definitions_pkey ON definitions USING btree (tenant, name);
 
 CREATE TABLE enqueue_buckets (
