@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from tickwork.cli import cli
-from tickwork.coordination import choice, kubeconfig, kubernetes
+from tickwork.coordination import choice, kubernetes
+from tickwork.core import pod
 
 
 def test_outside_a_pod_the_defaults_are_postgres_hostname_pid_and_tickwork(
@@ -54,7 +55,7 @@ def test_kubernetes_coordination_without_a_cluster_is_one_line_and_exit_status_1
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(kubernetes, "SERVICE_ACCOUNT_TOKEN", tmp_path / "absent")
-    monkeypatch.setattr(kubeconfig, "DEFAULT_KUBECONFIG", tmp_path / "absent")
+    monkeypatch.setattr(pod, "DEFAULT_KUBECONFIG", tmp_path / "absent")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
     result = CliRunner().invoke(
         cli,

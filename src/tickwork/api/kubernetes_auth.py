@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -27,11 +26,12 @@ from typing import Any, Final, TypeVar
 
 import aiohttp
 import cachetools
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tickwork.api.auth import Action, Principal, Role
 from tickwork.api.review_settings import ReviewSettings
+from tickwork.coordination import kubeconfig as kubeconfigs
 from tickwork.core.errors import AuthUnavailable, Forbidden, Unauthenticated
 from tickwork.core.spec import check_tenant
 
@@ -252,23 +252,7 @@ class _Grants:
         return list(await asyncio.gather(*(self.auth.allowed(self.user, a) for a in actions)))
 
 
-def kubeconfig_file(given: Path | None = None) -> str | None:
-    """The kubeconfig to load: ``given``, else ``KUBECONFIG``, else ``~/.kube/config``
-    when there is one; None: use the pod's in-cluster config."""
-    if given is not None:
-        return str(given)
-    if os.environ.get("KUBECONFIG"):
-        return os.environ["KUBECONFIG"]
-    default = Path(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser()
-    return str(default) if default.is_file() else None
-
-
 async def api_client(kubeconfig: Path | None = None) -> client.ApiClient:
-    """A client for the cluster, configured as ``kubeconfig_file`` says."""
-    configuration = client.Configuration()
-    chosen = kubeconfig_file(kubeconfig)
-    if chosen is None:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        await config.load_kube_config(chosen, client_configuration=configuration)
-    return client.ApiClient(configuration)
+    """A client for the cluster, its configuration loaded as every role loads one
+    (``coordination.kubeconfig``)."""
+    return client.ApiClient(await kubeconfigs.load_configuration(kubeconfig))

@@ -4,12 +4,12 @@ options come from ``JobRunnerSettings`` (``jobrunner.settings``)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import click
 
 from tickwork.cli import options, runtime
+from tickwork.core import pod
 from tickwork.jobrunner.health import HealthServer
 from tickwork.jobrunner.kube import Kube, KubeError
 from tickwork.jobrunner.runner import JobRunner
@@ -33,7 +33,7 @@ def job_runner(**given: Any) -> None:
     settings = options.load(JobRunnerSettings, given)
     options.configure_logging(settings.log)
     if not settings.namespaces:
-        here = os.environ.get("POD_NAMESPACE", "").strip()
+        here = pod.namespace()
         if not here:
             raise click.UsageError("give --namespace NS (in a pod: $POD_NAMESPACE by default)")
         settings = settings.model_copy(update={"namespaces": (here,)})

@@ -45,12 +45,16 @@ async def authenticator(
         return
     try:
         from tickwork.api import kubernetes_auth
+        from tickwork.coordination.kubeconfig import KubeconfigError
     except ModuleNotFoundError as error:
         raise click.ClickException(
             f"--auth kubernetes needs the kubernetes extra (missing module {error.name!r}): "
             "pip install 'tickwork[server,kubernetes]'"
         ) from error
-    api = await kubernetes_auth.api_client()
+    try:
+        api = await kubernetes_auth.api_client()
+    except KubeconfigError as error:
+        raise click.ClickException(str(error)) from error
     try:
         reviewed = kubernetes_auth.KubernetesAuth(api, reviews)
         yield reviewed if tokens is None else FirstMatch([tokens, reviewed])

@@ -9,8 +9,6 @@ else ``postgres``; identity ``$POD_NAME``, else ``hostname-pid``; lease namespac
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 from collections.abc import AsyncIterator
 from typing import Final, Literal, TypeAlias
 
@@ -18,6 +16,7 @@ from tickwork.coordination import kubernetes
 from tickwork.coordination.backend import Backend
 from tickwork.coordination.coordinator import Coordinator, Timing
 from tickwork.coordination.postgres import PostgresLeases
+from tickwork.core import pod
 from tickwork.store.database import Database
 
 Kind: TypeAlias = Literal["kubernetes", "postgres"]
@@ -35,11 +34,11 @@ def default_kind() -> Kind:
 
 
 def default_identity() -> str:
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    return pod.identity()
 
 
 def default_namespace() -> str:
-    return os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+    return pod.namespace() or DEFAULT_NAMESPACE
 
 
 def check_identity(identity: str) -> str:

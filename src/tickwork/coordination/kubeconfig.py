@@ -2,38 +2,30 @@
 loads its client configuration (the scheduler's Leases, the operator, its leader
 election).
 
-The kubeconfig given (``--kubeconfig``), else ``KUBECONFIG``'s first file, else
-``~/.kube/config`` if it exists; without any, the pod's service account (in-cluster
-configuration). Loaded anew on every call, so a caller that asks again (Kopf's login,
-after a token rotated) gets fresh credentials.
+Which file is read is ``core.pod.kubeconfig``'s choice (the one given, else
+``KUBECONFIG``'s first file, else ``~/.kube/config``; without any, the pod's service
+account). Loaded anew on every call, so a caller that asks again (Kopf's login, after
+a token rotated) gets fresh credentials. The job-runner and the API's TokenReview
+client load theirs here too.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Final
 
 from kubernetes_asyncio import client, config
 
-DEFAULT_KUBECONFIG: Final = Path.home() / ".kube" / "config"
+from tickwork.core import pod
 
 
 class KubeconfigError(Exception):
     """The Kubernetes client configuration could not be loaded."""
 
 
-def kubeconfig_path(given: str | None = None) -> str | None:
-    """The kubeconfig to use; None: the in-cluster configuration."""
-    path = given or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    if path is None and DEFAULT_KUBECONFIG.exists():
-        path = str(DEFAULT_KUBECONFIG)
-    return path
-
-
-async def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
-    """A client configuration for ``kubeconfig_path(kubeconfig)``."""
-    path = kubeconfig_path(kubeconfig)
+async def load_configuration(kubeconfig: str | Path | None = None) -> client.Configuration:
+    """A client configuration for ``pod.kubeconfig(kubeconfig)``."""
+    path = pod.kubeconfig(kubeconfig)
     if path is not None and not os.path.isfile(path):  # noqa: ASYNC240 - a stat, at start-up
         raise KubeconfigError(f"cannot load the kubeconfig {path}: no such file")
     configuration = client.Configuration()

@@ -3,8 +3,9 @@ current by list and watch.
 
 Objects stay plain JSON (what a manifest says), never the client's models: a Job's pod
 template is copied from a ScheduledJob as it is, unknown fields included. The client
-configuration is loaded as every tickwork role loads it: the kubeconfig given, else
-``KUBECONFIG``, else ``~/.kube/config``, else the pod's service account.
+configuration is loaded as every tickwork role loads it (``coordination.kubeconfig``:
+the kubeconfig given, else ``KUBECONFIG``'s first file, else ``~/.kube/config``, else
+the pod's service account).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,8 +21,9 @@ from typing import Any, Final
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
+from tickwork.coordination import kubeconfig as kubeconfigs
 from tickwork.core.backoff import Backoff
 
 log: Final = logging.getLogger("tickwork.jobrunner")
@@ -30,7 +31,6 @@ log: Final = logging.getLogger("tickwork.jobrunner")
 MERGE_PATCH: Final = "application/merge-patch+json"
 # A watch is ended by the server after this long and opened again from where it was.
 WATCH_SECONDS: Final = 290
-_DEFAULT_KUBECONFIG: Final = Path.home() / ".kube" / "config"
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -53,25 +53,11 @@ class KubeError(Exception):
 
 
 async def load_configuration(kubeconfig: Path | None = None) -> client.Configuration:
-    """A client configuration: ``kubeconfig``, else ``KUBECONFIG``'s first file, else
-    ``~/.kube/config`` when it exists, else the pod's service account."""
-    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    if path is None and _DEFAULT_KUBECONFIG.exists():
-        path = _DEFAULT_KUBECONFIG
-    configuration = client.Configuration()
+    """A client configuration, as every role loads one (``coordination.kubeconfig``)."""
     try:
-        if path is not None:
-            await config.load_kube_config(
-                config_file=str(path), client_configuration=configuration, persist_config=False
-            )
-        else:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-    except (config.ConfigException, OSError) as error:
-        where = f"kubeconfig {path}" if path else "in-cluster configuration"
-        raise KubeError(f"load the {where}", message=str(error)) from error
-    return configuration
+        return await kubeconfigs.load_configuration(kubeconfig)
+    except kubeconfigs.KubeconfigError as error:
+        raise KubeError("load the Kubernetes client configuration", message=str(error)) from error
 
 
 def jobs_path(namespace: str, name: str | None = None) -> str:

@@ -3,21 +3,19 @@ generated from this model)."""
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
-from tickwork.core import containers, limits
+from tickwork.core import containers, limits, pod
 from tickwork.core.settings import LogSettings, Option, Settings
 from tickwork.core.spec import check_queue, check_tenant
 
 
 def default_identity() -> str:
     """``$POD_NAME``, else ``<hostname>-<pid>``."""
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    return pod.identity()
 
 
 class JobRunnerSettings(Settings):

@@ -13,14 +13,12 @@ stop.
 
 from __future__ import annotations
 
-import os
-import socket
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from tickwork.coordination import kubernetes
 from tickwork.coordination.coordinator import Timing
 from tickwork.coordination.leader import OPERATOR_LEASE, Change, LeaderElection
+from tickwork.core import pod
 from tickwork.core.settings import LeaderElectionSettings
 from tickwork.engine.metrics import register_process_collectors
 from tickwork.operator.cluster import Cluster
@@ -69,13 +67,11 @@ def election(cluster: Cluster, settings: LeaderElectionSettings) -> LeaderElecti
     timing = Timing(lease_seconds=settings.lease_seconds)
     leases = kubernetes.KubernetesLeases(
         cluster.api,
-        settings.lease_namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+        settings.lease_namespace or pod.namespace() or DEFAULT_NAMESPACE,
         0,  # no shards: only the one named Lease
         request_seconds=timing.call * 0.8,
     )
-    identity = (
-        settings.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    )
+    identity = settings.identity or pod.identity()
     return LeaderElection(
         leases,
         identity,
