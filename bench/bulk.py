@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from bench import Context, Row, Table, register
 from tickwork.coordination.ownership import Fixed
 from tickwork.core.operations import Action, OperationState, checked
+from tickwork.core.settings import SchedulerSettings
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec
 from tickwork.engine.dispatch import Dispatcher
@@ -81,7 +82,9 @@ class SchedulerThread:
         self.stop = asyncio.Event()
         async with Database(self.shard_map) as database:
             scheduler = Scheduler(
-                database, ownership=Fixed(range(SHARDS), self.identity), interval=0.5
+                database,
+                SchedulerSettings(interval=0.5),
+                ownership=Fixed(range(SHARDS), self.identity),
             )
             self.started.set()
             await scheduler.run(self.stop)

@@ -13,6 +13,7 @@ from tickwork.core.clock import FrozenClock
 from tickwork.core.errors import InvalidRequest
 from tickwork.core.operations import Action, Filter, OperationState, checked
 from tickwork.core.records import Outcome, State
+from tickwork.core.settings import SchedulerSettings
 from tickwork.engine import operations
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
 from tickwork.engine.jobs import Jobs
@@ -117,7 +118,9 @@ async def test_a_bulk_replay_replays_every_match_once_and_is_audited_once(
     )
     assert len(made.shards) == seeded.shard_count and made.id.startswith("op-")
 
-    await run_to_end(Scheduler(seeded, clock=clock, operations_batch=4), ops, made.id)
+    await run_to_end(
+        Scheduler(seeded, SchedulerSettings(operations_batch=4), clock=clock), ops, made.id
+    )
 
     done = await ops.get(TENANT, made.id)
     assert (done.state, done.total, done.processed, done.percent) == (
@@ -202,9 +205,9 @@ async def test_an_interrupted_operation_resumes_on_the_next_owner_exactly_once(
 
     first = Scheduler(
         database,
+        SchedulerSettings(operations_batch=5),
         ownership=Fixed([shard], "first"),
         clock=clock,
-        operations_batch=5,
         before_write=die_after_two,
     )
     await first.pass_once()
@@ -220,7 +223,10 @@ async def test_an_interrupted_operation_resumes_on_the_next_owner_exactly_once(
     assert await states(database, TENANT) == {"ready": 8, "dead": 22}
 
     second = Scheduler(
-        database, ownership=Fixed([shard], "second"), clock=clock, operations_batch=5
+        database,
+        SchedulerSettings(operations_batch=5),
+        ownership=Fixed([shard], "second"),
+        clock=clock,
     )
     await run_to_end(second, ops, made.id)
 

@@ -11,6 +11,7 @@ import pytest
 
 from tickwork.core.clock import Clock, DatabaseClock, FrozenClock
 from tickwork.core.records import Completion, Outcome
+from tickwork.core.settings import SchedulerSettings
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.scheduler import Scheduler
@@ -48,7 +49,7 @@ async def test_attempts_land_in_daily_partitions_and_old_days_are_dropped(
     clock = FrozenClock(DAY)
     jobs = Jobs(database, clock)
     await jobs.put("acme", "report", JobSpec(), "test")
-    scheduler = Scheduler(database, clock=clock, retention_days=30)
+    scheduler = Scheduler(database, SchedulerSettings(retention_days=30), clock=clock)
     await scheduler.pass_once()
     shard = jobs.shard_of("acme", "report")
     names = await _partitions(database, shard)
@@ -152,7 +153,7 @@ async def test_audit_entries_past_their_retention_are_deleted_by_the_scheduler(
         kept = [r["job"] for r in await conn.fetch("SELECT job FROM audit_log ORDER BY at")]
         assert kept == ["job-364", "job-10"]
     # The scheduler's maintenance does it with its own retention.
-    scheduler = Scheduler(database, clock=clock, audit_retention_days=30)
+    scheduler = Scheduler(database, SchedulerSettings(audit_retention_days=30), clock=clock)
     with caplog.at_level(logging.INFO, "tickwork.engine.scheduler"):
         await scheduler.pass_once()
     async with database.connection(shard) as conn:

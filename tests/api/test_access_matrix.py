@@ -858,6 +858,11 @@ def queue_form(verb: str) -> Callable[[World, httpx.AsyncClient, Caller, str], A
     return call
 
 
+async def notifications_page(w: World, http: httpx.AsyncClient, c: Caller, csrf: str) -> Seen:
+    answer = await http.get("/ui/notifications", params=ui_query(c))
+    return page_seen(answer, f'<span class="sub">tenant {TENANT}</span>')
+
+
 PAGES = [
     Page("GET", "/ui/", (Operation.list_runs,), overview_page),
     Page("POST", "/ui/queues/{queue}/pause", (Operation.pause_queue,), queue_form("pause")),
@@ -882,6 +887,7 @@ PAGES = [
     Page("GET", "/ui/runs/{run_id}/payload", (Operation.get_run,), run_page("/payload")),
     Page("GET", "/ui/dlq", (Operation.list_dead,), dlq_page),
     Page("GET", "/ui/audit", (Operation.list_audit,), audit_page),
+    Page("GET", "/ui/notifications", (Operation.list_audit,), notifications_page),
     Page("POST", "/ui/jobs/{name}/pause", (Operation.pause_job,), pause_action("pause")),
     Page("POST", "/ui/jobs/{name}/resume", (Operation.pause_job,), pause_action("resume")),
     Page("POST", "/ui/jobs/{name}/enqueue", (Operation.enqueue,), enqueue_action),
@@ -1087,7 +1093,7 @@ async def test_every_dashboard_page_and_action_for_every_principal(world: World)
     pages = sum(
         1 for c in CALLERS for _ in PAGES if c.kind in ("anonymous", "admin", "team", "kubernetes")
     )
-    assert pages == 23 * 9  # the pages' matrix; worker and metrics tokens stop at the sign-in
+    assert pages == 24 * 9  # the pages' matrix; worker and metrics tokens stop at the sign-in
 
 
 def without_ids(response: httpx.Response, *run_ids: str) -> tuple[int, str]:

@@ -26,6 +26,7 @@ from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
 from tickwork.coordination.coordinator import Timing
 from tickwork.core.records import State
+from tickwork.core.settings import SchedulerSettings
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
@@ -48,11 +49,9 @@ async def scheduling(
     ) as coordinator:
         scheduler = Scheduler(
             database,
+            SchedulerSettings(interval=0.1, retry_base_seconds=0.05, retry_max_seconds=0.2),
             ownership=coordinator,
-            interval=0.1,
             metrics=Metrics(),
-            retry_base_seconds=0.05,
-            retry_max_seconds=0.2,
         )
         probes = Probes(scheduler, coordinator, "127.0.0.1", 0)
         await probes.start()

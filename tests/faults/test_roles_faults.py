@@ -18,6 +18,7 @@ from faults.conftest import FAST_POOLS, SHARDS, Api, eventually, proxied_map, se
 from faults.postgres import PostgresProcess
 from faults.proxy import TcpProxy
 from tickwork.core.records import State
+from tickwork.core.settings import SchedulerSettings
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
@@ -68,10 +69,8 @@ async def cluster(
     ):
         scheduler = Scheduler(
             scheduler_database,
-            interval=0.05,
+            SchedulerSettings(interval=0.05, retry_base_seconds=0.05, retry_max_seconds=0.2),
             metrics=Metrics(),
-            retry_base_seconds=0.05,
-            retry_max_seconds=0.2,
         )
         results: list[RunResult] = []
         worker = Worker(

@@ -14,6 +14,7 @@ from faults.conftest import FAST_POOLS, SHARDS, eventually, proxied_map
 from faults.postgres import PostgresProcess
 from faults.proxy import TcpProxy
 from tickwork.core.records import State
+from tickwork.core.settings import SchedulerSettings
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
@@ -34,9 +35,8 @@ async def running(scheduler: Scheduler) -> AsyncIterator[asyncio.Task[None]]:
 
 
 def fast_scheduler(database: Database) -> Scheduler:
-    scheduler = Scheduler(
-        database, interval=0.05, metrics=Metrics(), retry_base_seconds=0.05, retry_max_seconds=0.2
-    )
+    settings = SchedulerSettings(interval=0.05, retry_base_seconds=0.05, retry_max_seconds=0.2)
+    scheduler = Scheduler(database, settings, metrics=Metrics())
     scheduler.test_signals.init()
     return scheduler
 

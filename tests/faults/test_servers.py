@@ -50,7 +50,7 @@ from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
 from tickwork.coordination.coordinator import Timing
 from tickwork.core import hashing
-from tickwork.core.settings import ApiSettings, OperatorSettings, WebhookSettings
+from tickwork.core.settings import ApiSettings, OperatorSettings, SchedulerSettings, WebhookSettings
 from tickwork.core.shards import ShardMap
 from tickwork.engine import installation
 from tickwork.engine.jobs import Jobs
@@ -150,11 +150,9 @@ async def scheduler(shard_map: ShardMap, identity: str = "solo") -> AsyncIterato
     ):
         loop = Scheduler(
             database,
+            SchedulerSettings(interval=0.1, retry_base_seconds=0.05, retry_max_seconds=0.2),
             ownership=coordinator,
-            interval=0.1,
             metrics=Metrics(),
-            retry_base_seconds=0.05,
-            retry_max_seconds=0.2,
         )
         probes = Probes(loop, coordinator, "127.0.0.1", 0)
         await probes.start()

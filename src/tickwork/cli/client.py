@@ -621,6 +621,96 @@ def queues_resume(client: Client, queue: str) -> None:
     client.show(client.call("POST", f"/v1/queues/{queue}:resume"), QUEUE_COLUMNS)
 
 
+TARGET_COLUMNS: tuple[Column, ...] = (
+    ("NAME", "name"),
+    ("URL", "url"),
+    ("FORMAT", "format"),
+    ("SECRET", "secretRef"),
+    ("DEFAULT", "default"),
+    ("UPDATED", "updatedAt"),
+    ("BY", "updatedBy"),
+)
+
+
+@click.group("notification-targets")
+def notification_targets() -> None:
+    """A tenant's webhooks, told when a run goes dead or a job is auto-paused."""
+
+
+@notification_targets.command("list")
+@with_client
+def targets_list(client: Client) -> None:
+    """The tenant's notification targets."""
+    client.show(client.call("GET", "/v1/notification-targets"), TARGET_COLUMNS)
+
+
+@notification_targets.command("get")
+@click.argument("name")
+@with_client
+def targets_get(client: Client, name: str) -> None:
+    """One notification target."""
+    client.show(client.call("GET", f"/v1/notification-targets/{name}"))
+
+
+@notification_targets.command("put")
+@click.argument("name")
+# Not --url: that names the API, as for every client command.
+@click.option("--webhook", required=True, help="Where to post: an http or https URL.")
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["json", "slack"]),
+    default="json",
+    show_default=True,
+    help="json: the notification as a JSON object; slack: a Slack incoming-webhook message.",
+)
+@click.option(
+    "--secret-env",
+    default=None,
+    help="Sign bodies with the HMAC key in this environment variable of the scheduler.",
+)
+@click.option(
+    "--secret-file",
+    default=None,
+    help="Sign bodies with the HMAC key in this file of the scheduler (an absolute path).",
+)
+@click.option("--default", "is_default", is_flag=True, help="The target of jobs without a notify.")
+@with_client
+def targets_put(
+    client: Client,
+    name: str,
+    webhook: str,
+    format_: str,
+    secret_env: str | None,
+    secret_file: str | None,
+    is_default: bool,
+) -> None:
+    """Create or replace a notification target (what is left out is reset: no signing,
+    not the default).
+
+    The key is named, never sent: the scheduler reads it from its environment or a
+    mounted file when it signs."""
+    if secret_env is not None and secret_file is not None:
+        raise click.UsageError("give one of --secret-env and --secret-file, not both")
+    body: dict[str, Any] = {"url": webhook, "format": format_, "default": is_default}
+    if secret_env is not None:
+        body["secretRef"] = {"env": secret_env}
+    elif secret_file is not None:
+        body["secretRef"] = {"file": secret_file}
+    client.show(client.call("PUT", f"/v1/notification-targets/{name}", body=body), TARGET_COLUMNS)
+
+
+@notification_targets.command("delete")
+@click.argument("name")
+@with_client
+def targets_delete(client: Client, name: str) -> None:
+    """Delete a notification target (jobs that name it notify nobody)."""
+    client.request("DELETE", f"/v1/notification-targets/{name}")
+    # The API answers 204 with no body: there is no document for --json to print.
+    if not client.as_json:
+        click.echo(f"{name}: deleted")
+
+
 @click.command()
 @click.argument("job")
 @click.option(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -25,22 +26,22 @@ from tickwork.api.auth import (
     generate_token,
 )
 from tickwork.api.tokens_file import TokensFile
-from tickwork.cli import options, runtime, webhooks
+from tickwork.cli import options, runtime, scheduling
 from tickwork.cli.demo import DemoWorker
 from tickwork.coordination import choice
 from tickwork.core.errors import SchemaMismatch
-from tickwork.core.settings import DevSettings
+from tickwork.core.settings import DevSettings, SchedulerSettings
 from tickwork.core.shards import ShardMap
-from tickwork.engine import installation
+from tickwork.engine import canary, installation
 from tickwork.engine.jobs import EnqueueRequest
 from tickwork.engine.manifest_sync import ManifestSync
 from tickwork.engine.metrics import Metrics
-from tickwork.engine.scheduler import Scheduler
 
 logger = logging.getLogger("tickwork.dev")
 
 ADMIN_TOKEN_FILE: Final = "admin-token"  # noqa: S105 - a file name, not a secret
 HOST: Final = "127.0.0.1"
+CANARY: Final = f"canary@dev:{os.getpid()}"
 
 Loop = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
@@ -185,9 +186,9 @@ async def _run(run: _Run) -> None:
             services = runtime.api_services(engine, authenticator, metrics, api)
             http = http_server.HttpServer(create_app(services), HOST, sock=run.listener)
             url = await http.start()
-            # Shards shared through the postgres backend: several dev processes (or
-            # schedulers) on one --database-url split them, and take over each other's.
-            loops.append(Scheduler(engine.database, ownership=coordinator, metrics=metrics).run)
+            # The dispatcher's half of the canary the scheduler enqueues, as a dispatcher
+            # runs it.
+            loops.append(functools.partial(canary.work, engine.dispatcher, worker_id=CANARY))
             _banner(url, run, len(sync.known) if sync else 0)
             loops += [_demo_loop(demo, url) for demo in demos]
             if settings.demo_worker:
@@ -200,11 +201,16 @@ async def _run(run: _Run) -> None:
                     click.echo(f"enqueued one run of each of the {len(sync.known)} jobs")
             reloaded = run.tokens if isinstance(run.tokens, TokensFile) else None
             try:
+                # Shards shared through the postgres backend: several dev processes (or
+                # schedulers) on one --database-url split them, and take over each
+                # other's. The scheduler production runs, with its default settings.
                 async with (
                     runtime.reloading(reloaded, engine, metrics),
-                    webhooks.delivery_loop(engine.dispatcher) as deliveries,
+                    scheduling.scheduler_role(
+                        engine, SchedulerSettings(), ownership=coordinator, metrics=metrics
+                    ) as scheduler,
                 ):
-                    await runtime.run_until_stopped(stop, *loops, deliveries)
+                    await runtime.run_until_stopped(stop, *loops, *scheduler.loops)
             finally:
                 click.echo("stopping ...")
                 await http.stop()

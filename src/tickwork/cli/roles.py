@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from datetime import timedelta
 from typing import Any
 
 import click
@@ -17,7 +16,7 @@ import click
 from tickwork.api.app import create_app
 from tickwork.api.server import BadCertificate, HttpServer, check_tls
 from tickwork.api.tokens_file import TokensFile
-from tickwork.cli import options, runtime, webhooks
+from tickwork.cli import options, runtime, scheduling
 from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
 from tickwork.coordination.coordinator import Timing
@@ -25,8 +24,6 @@ from tickwork.core.errors import SchemaMismatch
 from tickwork.core.settings import DispatcherSettings, MigrateSettings, SchedulerSettings
 from tickwork.engine import canary, installation
 from tickwork.engine.metrics import Metrics
-from tickwork.engine.observer import ShardObserver
-from tickwork.engine.scheduler import Scheduler
 
 
 @click.command()
@@ -76,42 +73,36 @@ def scheduler(**given: Any) -> None:
                     timing=Timing(lease_seconds=owning.lease_seconds),
                 ) as coordinator,
             ):
-                loop = Scheduler(
-                    engine.database,
-                    ownership=coordinator,
-                    interval=settings.interval,
-                    batch=settings.batch,
-                    metrics=metrics,
-                    retention_days=settings.retention_days,
-                    audit_retention_days=settings.audit_retention_days,
-                    maintenance_interval=settings.maintenance_interval,
-                    retry_base_seconds=settings.retry_base_seconds,
-                    retry_max_seconds=settings.retry_max_seconds,
-                    stall_seconds=owning.stall_seconds,
-                    takeover_wait_seconds=owning.takeover_wait_seconds,
-                    observer=ShardObserver(
-                        metrics, interval=timedelta(seconds=settings.observe_interval)
-                    ),
+                role = scheduling.scheduler_role(
+                    engine, settings, ownership=coordinator, metrics=metrics
                 )
-                probes = None
-                if settings.health_port >= 0:
-                    probes = Probes(loop, coordinator, settings.health_host, settings.health_port)
+                async with role as scheduler:
+                    probes = None
+                    if settings.health_port >= 0:
+                        probes = Probes(
+                            scheduler.scheduler,
+                            coordinator,
+                            settings.health_host,
+                            settings.health_port,
+                        )
+                        try:
+                            await probes.start()
+                        except OSError as error:
+                            where = f"{settings.health_host}:{settings.health_port}"
+                            raise click.ClickException(
+                                f"cannot listen on {where}: {error}"
+                            ) from error
+                    click.echo(
+                        f"tickwork scheduler {coordinator.identity}: {shard_map.count} shards, "
+                        f"{coordinator.backend.name} coordination, leases of "
+                        f"{owning.lease_seconds:g}s"
+                        + (f"; probes on {probes.url}" if probes else "")
+                    )
                     try:
-                        await probes.start()
-                    except OSError as error:
-                        where = f"{settings.health_host}:{settings.health_port}"
-                        raise click.ClickException(f"cannot listen on {where}: {error}") from error
-                click.echo(
-                    f"tickwork scheduler {coordinator.identity}: {shard_map.count} shards, "
-                    f"{coordinator.backend.name} coordination, leases of "
-                    f"{owning.lease_seconds:g}s" + (f"; probes on {probes.url}" if probes else "")
-                )
-                try:
-                    async with webhooks.delivery_loop(engine.dispatcher) as deliveries:
-                        await runtime.run_until_stopped(stop, loop.run, deliveries)
-                finally:
-                    if probes is not None:
-                        await probes.stop()
+                        await runtime.run_until_stopped(stop, *scheduler.loops)
+                    finally:
+                        if probes is not None:
+                            await probes.stop()
         except choice.Unavailable as error:
             raise click.ClickException(str(error)) from error
         finally:

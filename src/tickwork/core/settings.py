@@ -392,6 +392,13 @@ class SchedulerSettings(Settings):
     observe_interval: Annotated[float, Field(gt=0)] = 15.0
     """Seconds between reads of an owned shard's backlog, dead runs and canary."""
 
+    operations_batch: Annotated[int, Field(ge=1)] = 500
+    """Runs one batch (one transaction) of a bulk operation acts on."""
+
+    operations_budget_seconds: Annotated[float, Field(gt=0)] = 0.25
+    """Seconds of bulk-operation batches per pass and shard, so that a large operation
+    never holds a shard's pass (its due flips, its reaping) up."""
+
     metrics: MetricsSettings = MetricsSettings()
     """Per-job metrics."""
 

@@ -38,5 +38,15 @@ async def entries(
     return page, None
 
 
+async def notifications(database: Database, tenant: str, limit: int) -> list[AuditEntry]:
+    """The tenant's ``limit`` newest delivered notifications, from every shard (each is
+    written on the shard of the run it is about)."""
+    per_shard: list[list[AuditEntry]] = []
+    for shard in range(database.shard_count):
+        async with database.connection(shard) as conn:
+            per_shard.append(await audit.notifications(conn, shard, tenant, limit))
+    return list(heapq.merge(*per_shard, key=_order, reverse=True))[:limit]
+
+
 def _order(entry: AuditEntry) -> tuple[datetime, int, int]:
     return (entry.at, entry.shard, entry.id)

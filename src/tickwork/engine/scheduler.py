@@ -23,6 +23,7 @@ import logging
 import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from tickwork.coordination.ownership import (
     Acquired,
@@ -36,6 +37,7 @@ from tickwork.coordination.ownership import (
 )
 from tickwork.core import backoff
 from tickwork.core.clock import Clock, DatabaseClock
+from tickwork.core.settings import SchedulerSettings
 from tickwork.core.spec import Priority
 from tickwork.core.testsignal import Signals, TestSignal
 from tickwork.engine import jobs, materialiser, operations, watches
@@ -112,6 +114,10 @@ class _Owned:
     fence: epochs.Fence
 
 
+# ``tickwork scheduler``'s defaults: what a scheduler built without settings runs with.
+DEFAULT_SETTINGS: Final = SchedulerSettings()
+
+
 class Scheduler:
     """Runs the per-shard loops over the shards ``ownership`` says this replica owns
     (without one: ``shards``, or every shard, always; a single replica)."""
@@ -119,50 +125,45 @@ class Scheduler:
     def __init__(
         self,
         database: Database,
+        settings: SchedulerSettings = DEFAULT_SETTINGS,
         *,
         ownership: Ownership | None = None,
         clock: Clock | None = None,
         shards: Collection[int] | None = None,
-        interval: float = 1.0,
-        batch: int = 5000,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
-        retention_days: int = retention.DEFAULT_RETENTION_DAYS,
-        audit_retention_days: int = retention.DEFAULT_AUDIT_RETENTION_DAYS,
-        maintenance_interval: float = 3600.0,
-        retry_base_seconds: float = 0.25,
-        retry_max_seconds: float = 5.0,
-        stall_seconds: float = 10.0,
-        operations_batch: int = operations.DEFAULT_BATCH,
-        operations_budget_seconds: float = operations.DEFAULT_BUDGET_SECONDS,
-        takeover_wait_seconds: float = 1.0,
-        before_write: Callable[[int, str], None] | None = None,
         observer: ShardObserver | None = None,
+        before_write: Callable[[int, str], None] | None = None,
     ) -> None:
+        """``settings`` say how (``tickwork scheduler``'s options, the same model);
+        the rest is what a process gives it: whose shards (``ownership``; without one
+        ``shards``, or every shard), which clock, where its metrics and shard
+        observations go, and a fault-injection hook."""
         self.database = database
+        self.settings = settings
         if ownership is None:
             every = range(database.shard_count) if shards is None else shards
             ownership = Fixed(every)
         self.ownership = ownership
         self.identity = ownership.identity
         self.clock = clock or DatabaseClock()
-        self.interval = interval
-        self.batch = batch
+        self.interval = settings.interval
+        self.batch = settings.batch
         self.rng = rng
         self.metrics = metrics
-        self.retention_days = retention_days
-        self.audit_retention_days = audit_retention_days
-        self.maintenance_interval = maintenance_interval
-        self.retry_base_seconds = retry_base_seconds
-        self.retry_max_seconds = retry_max_seconds
+        self.retention_days = settings.retention_days
+        self.audit_retention_days = settings.audit_retention_days
+        self.maintenance_interval = settings.maintenance_interval
+        self.retry_base_seconds = settings.retry_base_seconds
+        self.retry_max_seconds = settings.retry_max_seconds
         # A scheduler transaction that stalls this long (its process paused or cut off
         # mid-way) is ended by the server, so a takeover does not wait on it for long.
-        self.stall_seconds = stall_seconds
-        self.takeover_wait_seconds = takeover_wait_seconds
+        self.stall_seconds = settings.coordination.stall_seconds
+        self.takeover_wait_seconds = settings.coordination.takeover_wait_seconds
         # Bulk operations: runs per batch (one transaction), and seconds of batches per
         # pass and shard, so a large operation never holds the shard's pass up.
-        self.operations_batch = operations_batch
-        self.operations_budget_seconds = operations_budget_seconds
+        self.operations_batch = settings.operations_batch
+        self.operations_budget_seconds = settings.operations_budget_seconds
         # Called before each transaction with (shard, step): fault-injection tests
         # pause the process there, the widest window a pause can hit.
         self.before_write = before_write

@@ -12,6 +12,7 @@ from tickwork.store.database import Connection
 
 AUDIT_OF_TENANT: Final = queries.get("audit_of_tenant")
 AUDIT_OF_JOB: Final = queries.get("audit_of_job")
+AUDIT_NOTIFICATIONS: Final = queries.get("audit_notifications")
 
 
 async def page(
@@ -29,4 +30,10 @@ async def page(
         rows = await conn.fetch(AUDIT_OF_TENANT, tenant, at, entry_id, limit)
     else:
         rows = await conn.fetch(AUDIT_OF_JOB, tenant, job, at, entry_id, limit)
+    return [AuditEntry.from_record(shard, row) for row in rows]
+
+
+async def notifications(conn: Connection, shard: int, tenant: str, limit: int) -> list[AuditEntry]:
+    """The tenant's newest delivered notifications (``action: notify``) of this shard."""
+    rows = await conn.fetch(AUDIT_NOTIFICATIONS, tenant, limit)
     return [AuditEntry.from_record(shard, row) for row in rows]

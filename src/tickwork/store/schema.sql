@@ -73,6 +73,7 @@ CREATE TABLE audit_log (
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
 CREATE INDEX audit_log_at ON audit_log USING btree (at);
 CREATE INDEX audit_log_job_at ON audit_log USING btree (tenant, job, at DESC, id DESC);
+CREATE INDEX audit_log_notify ON audit_log USING btree (tenant, at DESC, id DESC) WHERE (action = 'notify'::text);
 CREATE UNIQUE INDEX audit_log_pkey ON audit_log USING btree (id);
 CREATE INDEX audit_log_tenant_at ON audit_log USING btree (tenant, at DESC, id DESC);
 

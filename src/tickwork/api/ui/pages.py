@@ -1,4 +1,5 @@
-"""The dashboard's pages: overview, jobs, one job, one run, the DLQ, the audit log.
+"""The dashboard's pages: overview, jobs, one job, one run, the DLQ, the audit log, the
+notifications.
 
 Each reads through the engine (the same functions the HTTP API calls) for the tenant
 the viewer acts for, and renders a template; a problem is shown as its ``detail``.
@@ -17,16 +18,18 @@ from starlette.responses import Response
 from tickwork.api import access, render
 from tickwork.api.access import Operation
 from tickwork.api.services import services
-from tickwork.api.ui import chart, run_filter, views, web
+from tickwork.api.ui import chart, notifications, run_filter, views, web
 from tickwork.api.ui.words import schedule_in_words
 from tickwork.core import hashing, preconditions
 from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
 from tickwork.core.preview import fire_times
 from tickwork.core.records import PENDING, Attempt, Run, Scope, State
-from tickwork.core.spec import check_name
+from tickwork.core.spec import NOTIFY_JOB, check_name
 from tickwork.engine import audit, job_table, overview
 from tickwork.engine.cursors import Position
 from tickwork.engine.jobs import DeadCursor, JobView
+from tickwork.engine.notifications import Targets
+from tickwork.engine.operations import Operations
 from tickwork.engine.queues import Queues
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -395,6 +398,46 @@ async def audit_page(request: Request) -> Response:
             else url("/ui/audit", job=job, cursor=next_cursor.encode()),
         }
         return await web.render(request, "audit.html", context, who)
+
+    return await serve(request, page)
+
+
+async def _may(who: web.Viewer, operation: Operation) -> bool:
+    try:
+        await web.allow(who, operation)
+    except Forbidden:
+        return False
+    return True
+
+
+@router.get("/notifications")
+async def notifications_page(request: Request) -> Response:
+    svc = services(request)
+
+    async def page(who: web.Viewer) -> Response:
+        # Deliveries are audit entries: what the page needs. A viewer who may not see
+        # the targets or the runs sees the rest, as the overview does with queues.
+        await web.allow(who, Operation.list_audit)
+        database, clock = svc.engine.database, svc.engine.clock
+        targets = None
+        if await _may(who, Operation.list_targets):
+            targets = await Targets(database, clock).list(who.tenant)
+        pending = None
+        if await _may(who, Operation.list_runs):
+            pending = await notifications.pending(Operations(database, clock), who.tenant)
+        delivered = await notifications.deliveries(svc.engine, who.tenant)
+        context = {
+            "title": "Notifications",
+            "section": "notifications",
+            "targets": targets,
+            "signing": notifications.signing,
+            "pending": pending,
+            "deliveries": delivered,
+            "event_tone": notifications.event_tone,
+            "notify_job": NOTIFY_JOB,
+            "now": await overview.current_time(database, clock),
+        }
+        return await web.render(request, "notifications.html", context, who)
 
     return await serve(request, page)
 

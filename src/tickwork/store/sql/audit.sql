@@ -22,3 +22,12 @@ WHERE tenant = $1 AND job = $2
                   coalesce($4::bigint, 9223372036854775807))
 ORDER BY at DESC, id DESC
 LIMIT $5
+
+-- name: audit_notifications
+-- A tenant's delivered notifications (action notify), newest first: the partial index
+-- audit_log_notify holds only those, however long the rest of the log is.
+SELECT id, at, tenant, job, run_id, action, actor, detail
+FROM audit_log
+WHERE tenant = $1 AND action = 'notify'
+ORDER BY at DESC, id DESC
+LIMIT $2
