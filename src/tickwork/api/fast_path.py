@@ -9,14 +9,14 @@
 
 Each goes straight to its route function, given what FastAPI would have given it. The
 functions do their own checks, yet FastAPI's route matching, dependency solving, exit
-stacks and exception wrappers cost about as much CPU per call as the functions
-themselves: with a worker leasing one run at a time about half of a call's time in the
-dispatcher, and for a single enqueue about two fifths (an idle wake-up waits for the
-enqueue call before anything else). This sits inside the body deadline, authentication
-and body limit (so a call here is checked exactly as any other) and answers errors as
-the app's exception handlers do: a problem for a ``TickworkError``, 503 for a store
-outage, and anything else goes on up to the server-error handler. The routes stay
-registered with FastAPI for the OpenAPI document and for any other method or path.
+stacks and exception wrappers cost as much CPU per call as the functions themselves, a
+large share of a small call's time in the dispatcher (``make profile`` shows how much
+today), and an idle wake-up waits for the enqueue call before anything else. This
+sits inside the body deadline, authentication and body limit (so a call here is
+checked exactly as any other) and answers errors as the app's exception handlers do: a
+problem for a ``TickworkError``, 503 for a store outage, and anything else goes on up
+to the server-error handler. The routes stay registered with FastAPI for the OpenAPI
+document and for any other method or path.
 """
 
 from __future__ import annotations
