@@ -1,6 +1,6 @@
-"""2 000 ScheduledJobs: how fast they become Ready, and the status pass's writes
-following the jobs that changed (none in a quiet interval, about ten for activity on
-ten jobs), counted at the API server."""
+"""Many ScheduledJobs (500): every one becomes Ready (the throughput is logged), and the
+status pass's writes follow the jobs that changed (none in a quiet interval, about ten
+for activity on ten jobs), counted at the API server."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from .conftest import NAMESPACES, OperatorFactory, ready, scheduled_job
 
 pytestmark = pytest.mark.timeout(300)
 
-OBJECTS = 2000
+# 500 objects, about 125 a shard, fifty times the active ones: enough that a pass
+# writing every object instead of the changed ones, or a handler missing objects in a
+# crowd, shows in the counts. It was 2 000: over a minute of the suite's time for the
+# same counts (no assertion is on how long it takes).
+OBJECTS = 500
 ACTIVE = 10
 
 logger = logging.getLogger(__name__)
@@ -34,7 +38,7 @@ def count_ready(kube: emulator.Emulator) -> int:
     )
 
 
-async def test_two_thousand_objects_become_ready_and_status_writes_follow_changed_jobs(
+async def test_many_objects_become_ready_and_status_writes_follow_changed_jobs(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
     jobs: Jobs,
