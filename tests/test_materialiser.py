@@ -26,6 +26,7 @@ from tickwork.engine import manifests, materialiser
 from tickwork.engine.jobs import Jobs, next_due_after
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store import definitions, leases
+from tickwork.store import materialise as store_materialise
 from tickwork.store.database import Connection, Database
 
 TENANT = "acme"
@@ -756,7 +757,7 @@ async def test_lock_due_definitions_uses_the_definitions_due_index(database: Dat
         )
         await conn.execute("ANALYZE definitions")
         plan = await conn.fetch(
-            "EXPLAIN " + materialiser.LOCK_DUE_DEFINITIONS, now + LOOKAHEAD, 1000
+            "EXPLAIN " + store_materialise.LOCK_DUE_DEFINITIONS, now + LOOKAHEAD, 1000
         )
         text = "\n".join(row[0] for row in plan)
         assert "definitions_due" in text, text

@@ -29,11 +29,11 @@ from tickwork.core.records import Origin
 from tickwork.core.spec import OverlapPolicy
 from tickwork.engine import materialiser
 from tickwork.engine.jobs import database_now
-from tickwork.store import definitions, queries, runs
-from tickwork.store.database import Connection, Database
+from tickwork.store import definitions, materialise, runs
+from tickwork.store.database import Database
+from tickwork.store.materialise import PlannedRun
 
 MAX_FIRE_TIMES: Final = 1000
-FIRE_TIMES_TAKEN: Final = queries.get("fire_times_taken")
 _EPSILON: Final = timedelta(microseconds=1)
 
 
@@ -88,19 +88,20 @@ class Backfills:
             next_from = times[limit] if len(times) > limit else None
             times = times[:limit]
             if dry_run or not times:
-                existing = await _existing(conn, tenant, name, times)
+                existing = await materialise.fire_times_taken(conn, tenant, name, times)
                 return Backfilled(tuple(times), 0, existing, next_from)
             concurrency = spec.run_concurrency
             if not concurrency and spec.overlap_policy is not OverlapPolicy.Allow:
                 concurrency = 1
             zone = spec.schedule.time_zone
+            payload = None if spec.payload is None else orjson.dumps(spec.payload).decode()
             planned = [
-                (
+                PlannedRun(
                     tenant,
                     name,
                     spec.queue,
                     spec.priority.rank,
-                    Origin.cron.value,
+                    Origin.cron,
                     spec.retry.max_attempts,
                     spec.retry.base_seconds,
                     spec.retry.max_seconds,
@@ -109,18 +110,14 @@ class Backfills:
                     now,  # ready now: its time has passed
                     None,  # no starting deadline: it was asked for, however late
                     materialiser.idempotency_key(tenant, name, due_at, zone),
-                    None if spec.payload is None else orjson.dumps(spec.payload).decode(),
-                    ordinal,
+                    payload,
                     concurrency,
                     spec.dry_run,
                     None,  # the overlap policy is applied as above, not by the due flip
                 )
-                for ordinal, due_at in enumerate(times)
+                for due_at in times
             ]
-            columns = [list(column) for column in zip(*planned, strict=True)]
-            inserted = await conn.fetch(
-                materialiser.INSERT_PLANNED_RUNS, *columns[:17], now, columns[17]
-            )
+            inserted = await materialise.insert_runs(conn, planned, now)
             await runs.notify_ready(conn, [r["queue"] for r in inserted if r["state"] == "ready"])
             await runs.audit(
                 conn,
@@ -153,9 +150,3 @@ def _fire_times(
             break
         found.append(instant)
     return found
-
-
-async def _existing(conn: Connection, tenant: str, name: str, times: list[datetime]) -> int:
-    if not times:
-        return 0
-    return int(await conn.fetchval(FIRE_TIMES_TAKEN, tenant, name, times))

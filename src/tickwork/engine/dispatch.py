@@ -96,6 +96,9 @@ class Dispatcher:
         self.wakeups = wakeups or ReadySignal(database.shard_map)
         # The stride passes of the priority weights, carried from one claim to the next.
         self.shares = shares or PriorityShares()
+        # Which claim statement each (shard, queues, tenant) last needed: this database's
+        # alone, as its shard numbers are.
+        self.claim_shapes = leases.ClaimShapes()
         self._start = itertools.count()
         # A shard's claim that takes longer than this is left to finish on its own
         # (its runs given back) while the request goes on with the other shards; far
@@ -334,6 +337,7 @@ class Dispatcher:
                     at,
                     tenant,
                     self.shares,
+                    self.claim_shapes,
                 )
 
         # A shard that failed lately is tried with a short bound: a request should not

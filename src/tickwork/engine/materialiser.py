@@ -1,9 +1,11 @@
 """From definitions to runs: which fire times a due definition turns into runs now.
 
-Pure planning (``plan``) is separate from the single-shard transaction that applies it
-(``materialise``). Runs are inserted up to ``lookahead`` ahead of their nominal time
-(state ``scheduled``) so the due flip, not the materialiser, decides timeliness; each
-insert is harmless to repeat (unique ``(tenant, job, due_at)``).
+Pure planning (``plan``, and ``decide`` for a batch) is separate from the single-shard
+transaction that applies it, which is the store's (``store.materialise``): the engine
+says which runs to make, the store how they are written. Runs are inserted up to
+``lookahead`` ahead of their nominal time (state ``scheduled``) so the due flip, not
+the materialiser, decides timeliness; each insert is harmless to repeat (unique
+``(tenant, job, due_at)``).
 
 Missed fire times (scheduler down, job paused then resumed, a definition whose first
 time is already past) follow ``missedRunPolicy``: ``run_once`` keeps the latest,
@@ -23,22 +25,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Final
-
-import asyncpg
 
 from tickwork.core import hashing, limits
 from tickwork.core.cron import CronSchedule, DstPolicy, DstRepeated, DstSkipped
 from tickwork.core.records import Origin
 from tickwork.core.spec import MissedRunPolicy, OverlapPolicy
-from tickwork.store import clock, epochs, queries
+from tickwork.store import epochs
+from tickwork.store import materialise as store
 from tickwork.store.database import Connection
-from tickwork.store.runs import notify_ready
 
-LOCK_DUE_DEFINITIONS: Final = queries.get("lock_due_definitions")
-INSERT_PLANNED_RUNS: Final = queries.get("insert_planned_runs")
-ADVANCE_DEFINITIONS: Final = queries.get("advance_definitions")
+# The batch's result is the store's; named here too for the callers of ``materialise``.
+Materialised = store.Materialised
+# Still run by the backfill in its own transaction, and named by bench's EXPLAIN of a
+# batch and a migration test: they have not moved onto ``store.materialise.insert_runs``.
+INSERT_PLANNED_RUNS: Final = store.INSERT_PLANNED_RUNS
 
 DEFAULT_LOOKAHEAD: Final = timedelta(seconds=60)
 DEFAULT_GRACE: Final = timedelta(seconds=10)
@@ -97,20 +99,22 @@ class Due:
     dst: DstPolicy = _HOUR_FIELD_RULE
 
     @classmethod
-    def from_record(cls, row: asyncpg.Record) -> Due:
+    def from_record(cls, definition: store.DueDefinition) -> Due:
+        """What the stored spec says, with the spec's defaults for what it leaves out."""
+        d = definition
         return cls(
-            tenant=row["tenant"],
-            name=row["name"],
-            next_due_at=row["next_due_at"],
-            cron=None if row["one_off"] else row["cron"],
-            time_zone=row["time_zone"] or "UTC",
-            jitter_seconds=row["jitter_seconds"] or 0,
-            missed_run_policy=MissedRunPolicy(row["missed_run_policy"] or "run_once"),
-            starting_deadline_seconds=row["starting_deadline_seconds"],
-            overlap_policy=OverlapPolicy(row["overlap_policy"] or OverlapPolicy.Allow),
+            tenant=d.tenant,
+            name=d.name,
+            next_due_at=d.next_due_at,
+            cron=None if d.one_off else d.cron,
+            time_zone=d.time_zone or "UTC",
+            jitter_seconds=d.jitter_seconds or 0,
+            missed_run_policy=MissedRunPolicy(d.missed_run_policy or "run_once"),
+            starting_deadline_seconds=d.starting_deadline_seconds,
+            overlap_policy=OverlapPolicy(d.overlap_policy or OverlapPolicy.Allow),
             dst=DstPolicy(
-                DstRepeated(row["dst_repeated"]) if row["dst_repeated"] else None,
-                DstSkipped(row["dst_skipped"]) if row["dst_skipped"] else None,
+                DstRepeated(d.dst_repeated) if d.dst_repeated else None,
+                DstSkipped(d.dst_skipped) if d.dst_skipped else None,
             ),
         )
 
@@ -190,13 +194,6 @@ def plan(
     return Plan((*missed, *upcoming), next_due, dropped, len(missed))
 
 
-@dataclass(frozen=True, slots=True)
-class Materialised:
-    definitions: int
-    runs: int
-    ready: int
-
-
 async def materialise(
     conn: Connection,
     now: datetime | None = None,
@@ -207,70 +204,61 @@ async def materialise(
     fence: epochs.Fence | None = None,
 ) -> Materialised:
     """One batch: lock due definitions, insert their runs, advance ``next_due_at``;
-    nothing when ``fence`` is no longer the shard's epoch (``epochs.Deposed``)."""
-    async with conn.transaction():
-        await epochs.check(conn, fence)
-        instant = await clock.now(conn, now)
-        rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
-        if not rows:
-            return Materialised(0, 0, 0)
-        # Rows first, columns (the arrays the unnest takes) at the end: appending 18
-        # values one by one per run cost more than planning it.
-        planned_runs: list[tuple[object, ...]] = []
-        advanced: list[tuple[object, ...]] = []
-        for row in rows:
-            due = Due.from_record(row)
-            planned = plan(due, instant, lookahead, grace)
-            origin = Origin.cron if due.cron is not None else Origin.once
-            seconds = due.starting_deadline_seconds
-            deadline = None if seconds is None else timedelta(seconds=seconds)
-            offset = timedelta(
-                seconds=hashing.jitter_offset(due.tenant, due.name, due.jitter_seconds)
-            )
-            for due_at in planned.due_times:
-                ready_at = due_at + offset if origin is Origin.cron else due_at
-                planned_runs.append(
-                    (
-                        due.tenant,
-                        due.name,
-                        row["queue"],
-                        row["priority"],
-                        origin.value,
-                        row["max_attempts"],
-                        row["retry_base"],
-                        row["retry_max"],
-                        row["timeout_seconds"],
-                        due_at,
-                        ready_at,
-                        # From the jittered ready time: the offset must not eat the
-                        # deadline (a 45 s offset would skip every run of a 30 s one).
-                        None if deadline is None else ready_at + deadline,
-                        idempotency_key(due.tenant, due.name, due_at, due.time_zone),
-                        row["payload"],
-                        len(planned_runs),
-                        row["concurrency"],
-                        row["dry_run"],
-                        due.overlap,
-                    )
+    nothing when ``fence`` is no longer the shard's epoch (``epochs.Deposed``). The
+    transaction is the store's; what it writes is ``decide``'s."""
+    return await store.materialise(
+        conn, partial(decide, lookahead=lookahead, grace=grace), now, lookahead, batch, fence=fence
+    )
+
+
+def decide(
+    definitions: Sequence[store.DueDefinition],
+    instant: datetime,
+    lookahead: timedelta = DEFAULT_LOOKAHEAD,
+    grace: timedelta = DEFAULT_GRACE,
+) -> tuple[list[store.PlannedRun], list[store.Advance]]:
+    """The runs to insert for due ``definitions`` at ``instant`` (the database's time),
+    and where each definition's next fire time moves."""
+    planned_runs: list[store.PlannedRun] = []
+    advances: list[store.Advance] = []
+    for definition in definitions:
+        due = Due.from_record(definition)
+        planned = plan(due, instant, lookahead, grace)
+        origin = Origin.cron if due.cron is not None else Origin.once
+        seconds = due.starting_deadline_seconds
+        deadline = None if seconds is None else timedelta(seconds=seconds)
+        offset = timedelta(seconds=hashing.jitter_offset(due.tenant, due.name, due.jitter_seconds))
+        for due_at in planned.due_times:
+            ready_at = due_at + offset if origin is Origin.cron else due_at
+            planned_runs.append(
+                store.PlannedRun(
+                    tenant=due.tenant,
+                    job=due.name,
+                    queue=definition.queue,
+                    priority=definition.priority,
+                    origin=origin,
+                    max_attempts=definition.max_attempts,
+                    retry_base=definition.retry_base,
+                    retry_max=definition.retry_max,
+                    timeout_seconds=definition.timeout_seconds,
+                    due_at=due_at,
+                    ready_at=ready_at,
+                    # From the jittered ready time: the offset must not eat the deadline
+                    # (a 45 s offset would skip every run of a 30 s one).
+                    start_deadline=None if deadline is None else ready_at + deadline,
+                    idempotency_key=idempotency_key(due.tenant, due.name, due_at, due.time_zone),
+                    payload=definition.payload,
+                    concurrency=definition.concurrency,
+                    dry_run=definition.dry_run,
+                    overlap=due.overlap,
                 )
-            advanced.append(
-                (due.tenant, due.name, planned.next_due_at, planned.dropped, planned.caught_up)
             )
-        columns = _columns(planned_runs, 18)
-        inserted: Sequence[asyncpg.Record] = await conn.fetch(
-            INSERT_PLANNED_RUNS, *columns[:17], now, columns[17]
+        advances.append(
+            store.Advance(
+                due.tenant, due.name, planned.next_due_at, planned.dropped, planned.caught_up
+            )
         )
-        await conn.execute(ADVANCE_DEFINITIONS, *_columns(advanced, 5))
-        ready = [r["queue"] for r in inserted if r["state"] == "ready"]
-        await notify_ready(conn, ready)
-    return Materialised(len(rows), len(inserted), len(ready))
-
-
-def _columns(rows: Sequence[tuple[object, ...]], width: int) -> list[list[object]]:
-    """Rows of ``width`` values as ``width`` parallel arrays, for ``unnest``."""
-    if not rows:
-        return [[] for _ in range(width)]
-    return [list(column) for column in zip(*rows, strict=True)]
+    return planned_runs, advances
 
 
 async def materialise_all(

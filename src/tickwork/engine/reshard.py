@@ -28,6 +28,9 @@ copied but not yet forgotten is copied again (the copy first clears what an earl
 one left), and a forgotten job is not on the source any more, so no job is lost or
 doubled. A run keeps its number: ``r{k}-{n}`` resolves through shard k's forwarding
 row, and the run now answers as ``r{k+S}-{n}`` (``engine.jobs``).
+
+This module decides the steps and their order; each step's transaction, with its
+statements, is the store's (``store.reshard``).
 """
 
 from __future__ import annotations
@@ -300,9 +303,9 @@ class Resharder:
                     migrate.latest_version(),
                     extra={"action": "reshard-prepare", "shard": target.number},
                 )
-            async with conn.transaction():
-                raised = await reshard.raise_ids(conn, ids)
-                await reshard.begin(conn, self.from_count, self.to_count, "target", self._now())
+            raised = await reshard.prepare_target(
+                conn, ids, self.from_count, self.to_count, self._now()
+            )
         finally:
             await conn.close()
         async with self._connected(source) as src:
@@ -310,9 +313,7 @@ class Resharder:
                 # A scheduler that did not stop is deposed here: its writes are refused,
                 # and no scheduler takes the shard again until the reshard is done.
                 await epochs.take(src, EPOCH_OWNER, self._now())
-            async with src.transaction():
-                await reshard.begin(src, self.from_count, self.to_count, "source", self._now())
-                await reshard.set_shard_count(src, self.to_count)
+            await reshard.begin_split(src, self.from_count, self.to_count, self._now())
         logger.info(
             "shard %d splits into %d and %d; new ids on %d start at run %d, fencing token %d",
             number,
@@ -350,15 +351,17 @@ class Resharder:
     async def _move_job(
         self, src: Connection, dst: Connection, number: int, tenant: str, job: str
     ) -> reshard.JobSize:
-        to = number + self.from_count
-        async with src.transaction(isolation="repeatable_read"):
-            await reshard.lock_job(src, tenant, job)
-            size = await reshard.job_size(src, tenant, job)
-            async with dst.transaction():
-                await reshard.copy_job(src, dst, tenant, job)
-            self.test_signals.copied.signal((number, tenant, job))
-            runs = await reshard.forget_job(src, tenant, job, to, self._now())
-            await reshard.count_moved(src, self.from_count, self.to_count, runs)
+        size = await reshard.move_job(
+            src,
+            dst,
+            tenant,
+            job,
+            to_shard=number + self.from_count,
+            from_count=self.from_count,
+            to_count=self.to_count,
+            now=self._now(),
+            copied=lambda: self.test_signals.copied.signal((number, tenant, job)),
+        )
         self.test_signals.moved.signal((number, tenant, job))
         return size
 

@@ -64,18 +64,26 @@ async def claim(
     now: datetime | None = None,
     tenant: str | None = None,
     shares: fairness.PriorityShares | None = None,
+    shapes: ClaimShapes | None = None,
 ) -> list[Lease]:
     """Lease up to ``limit`` ready runs of ``queues`` (of ``tenant`` only, if given).
 
     Priorities share the batch by their weights (``shares``), tenants take turns within
     a priority, oldest ready first within a tenant; see the ``claim`` query. The leases
-    come back by priority, then oldest ready.
+    come back by priority, then oldest ready. ``shapes`` is what earlier claims on this
+    database found, which picks the statement (``ClaimShapes``).
     """
     if not 1 <= limit <= limits.MAX_LEASE_BATCH:
         raise ValueError(f"limit must be 1..{limits.MAX_LEASE_BATCH}")
     shares = shares or SHARED_PRIORITY_SHARES
     arguments = (list(queues), limit, worker_id, now, lease_seconds, tenant)
-    rows = await _claim_rows(conn, (shard, tuple(queues), tenant), arguments, shares)
+    rows = await _claim_rows(
+        conn,
+        (shard, tuple(queues), tenant),
+        arguments,
+        shares,
+        SHARED_CLAIM_SHAPES if shapes is None else shapes,
+    )
     shares.record(row["priority"] for row in rows)
     rows.sort(key=lambda row: (row["priority"], row["ready_at"], row["id"]))
     return [
@@ -102,20 +110,49 @@ async def claim(
     ]
 
 
-# Per (shard, queues, tenant): the shape the last claim found, which picks the next
-# claim's statement. Bounded: a key not found costs a probe.
 _ONE_HEAD: Final = 1
 _MANY_HEADS: Final = 2
 _LIMITED: Final = 3
-_SHAPES: dict[tuple[int, tuple[str, ...], str | None], int] = {}
 _SHAPES_KEPT: Final = 4096
+
+# What a claim is for: (shard, queues, tenant).
+_ShapeKey = tuple[int, tuple[str, ...], str | None]
+
+
+class ClaimShapes:
+    """Per (shard, queues, tenant): the shape the last claim found, which picks the next
+    claim's statement (``_claim_rows``). Owned by what claims for one database (the
+    dispatcher): shard numbers name other shards in another database, whose shapes
+    must not steer these claims. Bounded: a key not found costs a probe."""
+
+    __slots__ = ("_shapes",)
+
+    def __init__(self) -> None:
+        self._shapes: dict[_ShapeKey, int] = {}
+
+    def get(self, key: _ShapeKey) -> int:
+        return self._shapes.get(key, _ONE_HEAD)
+
+    def remember(self, key: _ShapeKey, shape: asyncpg.Record) -> None:
+        if len(self._shapes) >= _SHAPES_KEPT:
+            self._shapes.clear()
+        if shape["limited"]:
+            self._shapes[key] = _LIMITED
+        else:
+            self._shapes[key] = _MANY_HEADS if shape["heads"] > 1 else _ONE_HEAD
+
+
+# The shapes of claims made without a dispatcher's own (tests, tools), like their
+# passes (SHARED_PRIORITY_SHARES): process-wide.
+SHARED_CLAIM_SHAPES: Final = ClaimShapes()
 
 
 async def _claim_rows(
     conn: Connection,
-    key: tuple[int, tuple[str, ...], str | None],
+    key: _ShapeKey,
     arguments: tuple[Any, ...],
     shares: fairness.PriorityShares,
+    shapes: ClaimShapes,
 ) -> list[asyncpg.Record]:
     """The leased rows: through ``claim_one_head`` while one head holds all the ready
     work (the common case of one team's backlog, and every idle poll), through the
@@ -123,7 +160,7 @@ async def _claim_rows(
     transaction holding the flow buckets' locks) while runs with flow control are
     ready. Each statement answers the shape it saw, which picks the next claim's; a
     wrong guess costs one short statement, only when the shape changes."""
-    shape = _SHAPES.get(key, _ONE_HEAD)
+    shape = shapes.get(key)
     if shape == _ONE_HEAD:
         rows = await _fetch(conn, CLAIM_ONE_HEAD, *arguments)
         heads = rows[0]["heads"]
@@ -133,25 +170,16 @@ async def _claim_rows(
     if shape == _MANY_HEADS:
         plain = await _fetch(conn, CLAIM, *arguments, shares.passes, shares.weights, shares.seed())
         if not plain[0]["limited"]:
-            _remember(key, plain[0])
+            shapes.remember(key, plain[0])
             return _leased(plain)
         # Runs with flow control are ready: the plain claim leased nothing.
     rows = await _claim_limited(conn, arguments, shares)
-    _remember(key, rows[0])
+    shapes.remember(key, rows[0])
     return _leased(rows)
 
 
 def _leased(rows: list[asyncpg.Record]) -> list[asyncpg.Record]:
     return [row for row in rows if row["id"] is not None]
-
-
-def _remember(key: tuple[int, tuple[str, ...], str | None], shape: asyncpg.Record) -> None:
-    if len(_SHAPES) >= _SHAPES_KEPT:
-        _SHAPES.clear()
-    if shape["limited"]:
-        _SHAPES[key] = _LIMITED
-    else:
-        _SHAPES[key] = _MANY_HEADS if shape["heads"] > 1 else _ONE_HEAD
 
 
 async def _claim_limited(

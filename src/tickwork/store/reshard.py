@@ -1,6 +1,11 @@
 """The storage side of doubling the shard count (``engine.reshard``): walking a
-shard's jobs, copying one job's rows to the new shard, forgetting them on the source
-with a forwarding row per run, the reshard journal, and the run-id forwarding lookup.
+shard's jobs, moving one job (its rows copied to the new shard, then forgotten on the
+source with a forwarding row per run), the reshard journal, and the run-id forwarding
+lookup.
+
+The engine decides the steps and their order (what moves where, when a shard is
+prepared or done); each step's transaction is here, with its statements, so the
+engine holds no transaction of its own and runs no SQL.
 
 Rows travel as binary COPY (every value exactly as stored: jsonb, bytea, timestamps,
 floats), one table at a time, over a fixed list of tables: everything a shard keeps
@@ -11,6 +16,7 @@ version, journal, forwarding rows) stays where it is.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -145,7 +151,31 @@ async def in_progress(conn: Connection) -> tuple[int, int] | None:
     return None if row is None else (row["from_count"], row["to_count"])
 
 
-async def begin(
+async def prepare_target(
+    conn: Connection, at_least: Ids, from_count: int, to_count: int, now: datetime | None
+) -> Ids:
+    """On a new shard (migrated), in one transaction: its sequences raised to hand out
+    values at or above ``at_least``'s (its source's next ones, so a moved run's number
+    and fencing token stay unique), and the reshard recorded in its journal as a target.
+    Returns where the sequences stand."""
+    async with conn.transaction():
+        raised = await _raise_ids(conn, at_least)
+        await _begin(conn, from_count, to_count, "target", now)
+    return raised
+
+
+async def begin_split(
+    conn: Connection, from_count: int, to_count: int, now: datetime | None
+) -> None:
+    """On a source shard, in one transaction: the reshard recorded in its journal, and
+    the shard says it is one of ``to_count``: from then on every role refuses it until
+    the reshard is done."""
+    async with conn.transaction():
+        await _begin(conn, from_count, to_count, "source", now)
+        await conn.execute(SET_SHARD_COUNT, to_count)
+
+
+async def _begin(
     conn: Connection, from_count: int, to_count: int, role: str, now: datetime | None
 ) -> None:
     await conn.execute(BEGIN, from_count, to_count, role, now)
@@ -153,10 +183,6 @@ async def begin(
 
 async def finish(conn: Connection, from_count: int, to_count: int, now: datetime | None) -> None:
     await conn.execute(FINISH, from_count, to_count, now)
-
-
-async def set_shard_count(conn: Connection, shard_count: int) -> None:
-    await conn.execute(SET_SHARD_COUNT, shard_count)
 
 
 async def next_job(conn: Connection, after: tuple[str, str]) -> tuple[str, str] | None:
@@ -172,13 +198,45 @@ async def job_size(conn: Connection, tenant: str, job: str) -> JobSize:
     return JobSize(row["definitions"], row["live_runs"], row["finished_runs"])
 
 
-async def lock_job(conn: Connection, tenant: str, job: str) -> None:
+async def move_job(
+    source: Connection,
+    target: Connection,
+    tenant: str,
+    job: str,
+    *,
+    to_shard: int,
+    from_count: int,
+    to_count: int,
+    now: datetime | None,
+    copied: Callable[[], None] | None = None,
+) -> JobSize:
+    """Move one job from ``source`` to ``target`` (shard ``to_shard``) in the reshard
+    from ``from_count`` to ``to_count`` shards; returns what it held.
+
+    One source transaction (repeatable read) holds the job's definition and live runs
+    throughout: its rows are copied in the target's own transaction, which commits
+    first, then forgotten on the source, each run leaving a forwarding row, and the move
+    counted in the source's journal. Cut short after the copy (``copied`` runs there),
+    the job is on both shards until a repeat copies it again and forgets it."""
+    async with source.transaction(isolation="repeatable_read"):
+        await _lock_job(source, tenant, job)
+        size = await job_size(source, tenant, job)
+        async with target.transaction():
+            await _copy_job(source, target, tenant, job)
+        if copied is not None:
+            copied()
+        runs: int = await source.fetchval(FORGET_JOB, tenant, job, to_shard, now)
+        await source.execute(COUNT_MOVED, from_count, to_count, runs)
+    return size
+
+
+async def _lock_job(conn: Connection, tenant: str, job: str) -> None:
     """Inside the source's transaction: hold the job's definition and live runs."""
     await conn.execute(LOCK_JOB, tenant, job)
     await conn.execute(LOCK_JOB_RUNS, tenant, job)
 
 
-async def copy_job(source: Connection, target: Connection, tenant: str, job: str) -> int:
+async def _copy_job(source: Connection, target: Connection, tenant: str, job: str) -> int:
     """Copy every row of the job from ``source`` to ``target`` (inside the target's
     transaction), replacing what an earlier, interrupted copy left there. Returns the
     rows copied."""
@@ -194,19 +252,6 @@ async def copy_job(source: Connection, target: Connection, tenant: str, job: str
             copied += rows
     await target.execute(MARK_CHANGED, tenant, job)
     return copied
-
-
-async def forget_job(
-    source: Connection, tenant: str, job: str, to_shard: int, now: datetime | None
-) -> int:
-    """Remove the job's rows from the source, each run forwarded to ``to_shard``;
-    returns the runs moved."""
-    runs: int = await source.fetchval(FORGET_JOB, tenant, job, to_shard, now)
-    return runs
-
-
-async def count_moved(conn: Connection, from_count: int, to_count: int, runs: int) -> None:
-    await conn.execute(COUNT_MOVED, from_count, to_count, runs)
 
 
 async def buckets(conn: Connection) -> list[Bucket]:
@@ -237,7 +282,7 @@ async def next_ids(conn: Connection) -> Ids:
     return Ids(row["run_ids"], row["fencing_tokens"], row["audit_ids"])
 
 
-async def raise_ids(conn: Connection, at_least: Ids) -> Ids:
+async def _raise_ids(conn: Connection, at_least: Ids) -> Ids:
     """Make the shard's sequences hand out values at or above ``at_least``'s."""
     row = await conn.fetchrow(
         RAISE_IDS, at_least.run_ids, at_least.fencing_tokens, at_least.audit_ids

@@ -1,5 +1,5 @@
--- Backfill (engine/backfill.py makes the runs through materialise.sql's
--- insert_planned_runs, as the scheduler does).
+-- Backfill (engine/backfill.py makes the runs through store.materialise.insert_runs,
+-- as the scheduler does; store.materialise runs this count too).
 
 -- name: fire_times_taken
 -- How many of the fire times $3 of the job have a run already (the scheduler's, or an

@@ -102,6 +102,12 @@ WITH clock AS (
     WHERE state = 'skipped'
     ORDER BY ordinal
     RETURNING queue, state
+), marked AS (
+    -- Status: these jobs' runs changed (their last run, their next run time). The
+    -- materialiser's advance_definitions marks them too; a backfill has nothing else.
+    INSERT INTO changed_jobs (tenant, job)
+    SELECT DISTINCT tenant, job FROM admitted
+    ON CONFLICT DO NOTHING
 )
 SELECT queue, state FROM live
 UNION ALL
