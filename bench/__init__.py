@@ -43,6 +43,10 @@ class Context:
     # The headline figures of the whole run (shared by every case): printed as the
     # summary table and written to bench-results.json.
     figures: dict[str, float] = field(default_factory=dict)
+    # A check that the case runs (``--smoke``), not a measurement: the waits that are
+    # there only to make the figures meaningful (processes starting, a load settling,
+    # the top of a minute) are left out.
+    smoke: bool = False
 
     async def migrate(self, shards: int) -> ShardMap:
         """Migrate ``shards`` shards (one schema each) in the case's database."""

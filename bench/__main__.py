@@ -1,34 +1,30 @@
-"""``python -m bench [--only NAME] [--seconds S] [--list]``: run the benchmark cases.
+"""``python -m bench [--only NAME] [--seconds S] [--smoke] [--list]``: run the benchmark cases.
 
-Without ``TICKWORK_BENCH_DATABASE_URL`` a private PostgreSQL (the pgserver wheel)
-starts in a temporary directory and is stopped and removed at the end; with it, that
-server is used (the role needs CREATEDB). Each case gets a database of its own, created
-empty and dropped afterwards.
+Each case gets a database of its own, created empty and dropped afterwards, on the
+server ``bench.harness`` provides (a private PostgreSQL, or the one
+``TICKWORK_BENCH_DATABASE_URL`` names). ``--smoke`` checks that the cases run rather
+than measuring them: every case (or the ``--only`` ones) at the smallest size, with
+short measurements and no settling waits; it prints the tables and writes no figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import inspect
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Final
 
-import asyncpg
 import orjson
 
-from bench import CASES, Case, CaseResult, Context, Table, format_table
+from bench import CASES, Case, CaseResult, Context, Table, format_table, harness
 
 # Modules whose import registers their cases, in the order they run.
 MODULES: tuple[str, ...] = (
@@ -70,51 +66,16 @@ SUMMARY: tuple[tuple[str, str, str], ...] = (
     ("spike_all_leased_s", "(h) 100k cron runs at one minute: all leased after, s", "<= 65"),
 )
 
-ENV_URL = "TICKWORK_BENCH_DATABASE_URL"
+SECONDS: Final = 4.0
+# Small enough that no case's work outweighs the starting of its processes (dispatcher,
+# scheduler, workers), large enough that each still has runs, definitions and samples.
+SMOKE_SCALE: Final = 0.001
+SMOKE_SECONDS: Final = 0.5
 
 
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
-@contextlib.contextmanager
-def server() -> Iterator[str]:
-    """The URL of a PostgreSQL server to create the cases' databases on."""
-    external = os.environ.get(ENV_URL)
-    if external:
-        yield external
-        return
-    with warnings.catch_warnings():
-        # platformdirs warns on import when XDG_RUNTIME_DIR is unset; irrelevant here.
-        warnings.simplefilter("ignore")
-        import pgserver
-
-    folder = tempfile.mkdtemp(prefix="tickwork-bench-pg-")
-    postgres = pgserver.get_server(folder, cleanup_mode="stop")  # type: ignore[attr-defined]
-    try:
-        yield str(postgres.get_uri())
-    finally:
-        postgres.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-async def _admin(url: str, statement: str) -> Any:
-    conn = await asyncpg.connect(url)
-    try:
-        return await conn.fetchval(statement)
-    finally:
-        await conn.close()
-
-
-@contextlib.contextmanager
-def case_database(url: str, case: Case) -> Iterator[str]:
-    name = f"tickwork_bench_{case.name.replace('-', '_')}_{os.getpid()}"
-    asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    asyncio.run(_admin(url, f'CREATE DATABASE "{name}"'))
-    try:
-        yield with_database(url, name)
-    finally:
-        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+def database_name(case: Case) -> str:
+    """The case's database: the PID keeps two bench runs on one server apart."""
+    return f"tickwork_bench_{case.name.replace('-', '_')}_{os.getpid()}"
 
 
 def run_case(case: Case, context: Context) -> CaseResult:
@@ -129,14 +90,42 @@ async def _awaited(awaitable: Any) -> CaseResult:
     return result
 
 
+def run_and_print(
+    case: Case, url: str, seconds: float, figures: dict[str, float], *, smoke: bool
+) -> bool:
+    """Run ``case`` in a database of its own on the server at ``url``, then print its
+    tables. A smoke run goes on past a case that fails, to report every such case:
+    it prints the traceback, and this returns False."""
+    started = time.monotonic()
+    try:
+        with harness.database(url, database_name(case)) as database_url:
+            tables = run_case(case, Context(database_url, seconds, figures, smoke=smoke))
+    except Exception:
+        if not smoke:
+            raise
+        traceback.print_exc()
+        print(f"  ({case.name}: FAILED after {time.monotonic() - started:.1f} s)\n", flush=True)
+        return False
+    for table in tables:
+        print(format_table(table))
+        print(f"  ({case.name}: {time.monotonic() - started:.1f} s)\n", flush=True)
+    return True
+
+
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--only", action="append", metavar="NAME", help="run only this case")
     parser.add_argument(
         "--seconds",
         type=float,
-        default=4.0,
-        help="wanted length of each measurement (default 4)",
+        help=f"wanted length of each measurement (default {SECONDS:g}; {SMOKE_SECONDS:g} with "
+        "--smoke)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that the cases run: all of them (or the --only ones), at the smallest "
+        "size, no figures written",
     )
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     return parser.parse_args(argv)
@@ -150,28 +139,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         for case in CASES:
             print(f"{case.name:<17} {case.description}{'' if case.default else ' (--only)'}")
         return 0
-    chosen = [c for c in CASES if (c.name in options.only if options.only else c.default)]
+    chosen = [
+        c for c in CASES if (c.name in options.only if options.only else options.smoke or c.default)
+    ]
     unknown = set(options.only or ()) - {c.name for c in CASES}
     if unknown:
         known = ", ".join(c.name for c in CASES)
         print(f"unknown case(s): {', '.join(sorted(unknown))}; known: {known}", file=sys.stderr)
         return 2
+    if options.smoke:
+        # In the environment, so that every process of the run reads the same scale.
+        os.environ[harness.ENV_SCALE] = str(SMOKE_SCALE)
+    try:
+        scale = harness.scale()
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    seconds = options.seconds
+    if seconds is None:
+        seconds = SMOKE_SECONDS if options.smoke else SECONDS
     figures: dict[str, float] = {}
-    with server() as url:
-        version = asyncio.run(_admin(url, "SHOW server_version"))
+    with harness.server() as url:
+        version = asyncio.run(harness.admin(url, "SHOW server_version"))
         header = (
             f"tickwork bench: PostgreSQL {version}, Python {platform.python_version()}, "
-            f"{os.cpu_count()} CPUs, {options.seconds:g} s per measurement"
+            f"{os.cpu_count()} CPUs, {seconds:g} s per measurement"
+            + ("" if scale == 1 else f", scale {scale:g}")
+            + (", smoke run (the figures mean nothing)" if options.smoke else "")
         )
         print(header + "\n", flush=True)
-        for case in chosen:
-            started = time.monotonic()
-            with case_database(url, case) as database_url:
-                tables = run_case(case, Context(database_url, options.seconds, figures))
-            for table in tables:
-                print(format_table(table))
-                print(f"  ({case.name}: {time.monotonic() - started:.1f} s)\n", flush=True)
+        failed = [
+            case.name
+            for case in chosen
+            if not run_and_print(case, url, seconds, figures, smoke=options.smoke)
+        ]
     print(format_table(summary(figures)), flush=True)
+    if options.smoke:
+        print(f"\n(a smoke run: {RESULTS.name} left as it was)")
+        if failed:
+            print(f"failed: {', '.join(failed)} ({len(failed)} of {len(chosen)})", file=sys.stderr)
+        return 1 if failed else 0
     merged = write_results(header, figures, partial=bool(options.only))
     print(f"\n(figures written to {RESULTS.name}{'' if merged else ', replacing it'})")
     return 0

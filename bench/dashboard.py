@@ -12,7 +12,6 @@ byte; the client runs in the same process). ``TICKWORK_BENCH_SCALE`` multiplies 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import statistics
 import time
@@ -20,21 +19,22 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from bench import Context, Table, register
+from bench import Context, Row, Table, register
+from bench.harness import scaled
 from tickwork.api.app import create_app
 from tickwork.api.auth import Role, StaticTokens, TokenEntry
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.clock import FrozenClock
 from tickwork.core.records import Outcome
-from tickwork.core.settings import ApiSettings
+from tickwork.core.settings import ApiSettings, PoolSettings
 from tickwork.core.spec import JobSpec
 from tickwork.engine import overview
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.metrics import Metrics
-from tickwork.store.database import Database, PoolSettings
+from tickwork.store.database import Database
 
 SHARDS = 4
 JOBS = 10_000
@@ -44,10 +44,6 @@ TOKEN = "bench-dashboard-token-0123456789"  # noqa: S105 - a local test token
 RENDERS = 30
 TARGET_MS = 300.0
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-
-
-def scale() -> float:
-    return float(os.environ.get("TICKWORK_BENCH_SCALE", "1"))
 
 
 async def _seed(database: Database, jobs_count: int, runs_count: int) -> dict[str, int]:
@@ -142,8 +138,9 @@ async def _timed(client: httpx.AsyncClient, path: str, count: int) -> list[float
 @register("dashboard", "dashboard pages with 10 000 jobs and 100 000 runs (overview < 300 ms)")
 async def dashboard(context: Context) -> list[Table]:
     shard_map = await context.migrate(SHARDS)
-    jobs_count = max(10, int(JOBS * scale()))
-    runs_count = max(100, int(RUNS * scale()))
+    jobs_count = scaled(JOBS, least=10)
+    runs_count = scaled(RUNS, least=100)
+    renders = scaled(RENDERS, least=3)
     # A dispatcher's pools; the long waits are for the seeding, whose writers queue
     # for connections on a busy machine longer than a role's request would.
     async with Database(
@@ -167,7 +164,7 @@ async def dashboard(context: Context) -> list[Table]:
         )
         server = HttpServer(create_app(services), port=0)
         url = await server.start()
-        rows = []
+        rows: list[Row] = []
         try:
             engine_times = []
             for _ in range(10):
@@ -185,7 +182,7 @@ async def dashboard(context: Context) -> list[Table]:
                 ]:
                     headers = {"X-Tickwork-Live": "1"} if "live" in label else {}
                     client.headers.update(headers)
-                    times = await _timed(client, path.split("#")[0], RENDERS)
+                    times = await _timed(client, path.split("#")[0], renders)
                     for name in headers:
                         del client.headers[name]
                     rows.append(

@@ -25,13 +25,13 @@ from typing import Any
 
 import asyncpg
 
-from bench import Row, Table, format_table
-from bench.__main__ import server, with_database
+from bench import Row, Table, format_table, harness
 from bench.materialiser import spec_document
 from tickwork.core.shards import Shard, ShardMap
 from tickwork.engine import materialiser
 from tickwork.store import database, leases, migrate
 
+DATABASE = "tickwork_bench_explain"
 READY = 200_000
 FINISHED = 500_000
 REPEATS = 15
@@ -230,14 +230,6 @@ def claim_arguments(sql: str, batch: int, worker: str, n: int) -> tuple[Any, ...
     return (*common, [0.0, 0.0, 0.0], [0.7, 0.25, 0.05], n)
 
 
-async def _admin(url: str, statement: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.explain")
     parser.add_argument("--plans", action="store_true", help="print one plan of each")
@@ -251,24 +243,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--ready", type=int, default=READY, help="ready runs preloaded")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    with server() as url:
-        name = "tickwork_bench_explain"
-        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        asyncio.run(_admin(url, f'CREATE DATABASE "{name}"'))
-        try:
-            for table in asyncio.run(
-                measure(
-                    with_database(url, name),
-                    options.plans,
-                    options.tenants,
-                    options.priorities,
-                    options.batch or [100],
-                    options.ready,
-                )
-            ):
-                print(format_table(table))
-        finally:
-            asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with harness.server() as url, harness.database(url, DATABASE) as database_url:
+        for table in asyncio.run(
+            measure(
+                database_url,
+                options.plans,
+                options.tenants,
+                options.priorities,
+                options.batch or [100],
+                options.ready,
+            )
+        ):
+            print(format_table(table))
     return 0
 
 

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,7 +43,7 @@ import asyncpg
 import orjson
 
 from bench import Context, Row, Table, ceiling, cpu, register
-from bench.materialiser import scaled
+from bench.harness import scaled
 from tickwork.core.shards import ShardMap
 from tickwork.store import database
 from tickwork.worker import RunContext, RunResult, Worker
@@ -50,6 +51,13 @@ from tickwork.worker import RunContext, RunResult, Worker
 SHARDS = 4
 QUEUE = "bench"
 FLOOD = 100_000
+# Ready runs preloaded for (c), per second measured, by concurrency (250 000 and 20 000
+# at the default 4 s): sized so that the workers do not run out of work; the table's
+# runs/s (make bench) is the rate to compare with.
+PRELOAD_PER_SECOND: Final = {1: 5_000, 100: 62_500}
+PROCESSES = (1, 4)  # worker processes of (c)
+WAKEUPS = 200  # samples of (e), and of the one-row commit next to it
+SINGLE_ENQUEUES = 300
 ADMIN = "bench-admin-" + secrets.token_hex(8)
 TEAM = "bench-team-" + secrets.token_hex(8)
 TEAM_A = "bench-team-a-" + secrets.token_hex(8)
@@ -174,7 +182,7 @@ async def _connect_all(shard_map: ShardMap) -> list[asyncpg.Connection]:
     return [await database.connect(shard) for shard in shard_map.shards]
 
 
-async def _clear(shard_map: ShardMap) -> None:
+async def clear(shard_map: ShardMap) -> None:
     for conn in await _connect_all(shard_map):
         await conn.execute(CLEAR)
         await conn.close()
@@ -241,19 +249,23 @@ async def _sdk_rate(
     return counted, began, ended
 
 
-def _sdk_process(args: tuple[Any, ...]) -> tuple[int, float, float]:
+def sdk_process(args: tuple[Any, ...]) -> tuple[int, float, float]:
     return asyncio.run(_sdk_rate(*args))
 
 
+def sdk_pool() -> Pool:
+    """Processes for the worker SDK, spawned (a fresh interpreter each, as a worker's).
+    A measurement counts from the moment they lease, so one pool serves several."""
+    return multiprocessing.get_context("spawn").Pool(max(PROCESSES))
+
+
 def sdk_rate(
-    url: str, concurrency: int, processes: int, seconds: float
+    pool: Pool, url: str, concurrency: int, processes: int, seconds: float
 ) -> tuple[float, float, float]:
-    """Runs/s of ``processes`` worker processes together, and the window (wall-clock)
-    in which all of them were counting."""
+    """Runs/s of ``processes`` worker processes of ``pool`` together, and the window
+    (wall-clock) in which all of them were counting."""
     # The token goes along: a spawned process draws its own random ones at import.
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(processes) as pool:
-        results = pool.map(_sdk_process, [(url, concurrency, seconds, WORKER, QUEUE)] * processes)
+    results = pool.map(sdk_process, [(url, concurrency, seconds, WORKER, QUEUE)] * processes)
     counts = sum(count for count, _began, _ended in results)
     return counts / seconds, max(r[1] for r in results), min(r[2] for r in results)
 
@@ -266,13 +278,15 @@ LEASE_CPU: Final = {
 }
 
 
-def lease_complete(url: str, database_url: str, shard_map: ShardMap, seconds: float) -> list[Row]:
+def lease_complete(
+    pool: Pool, url: str, database_url: str, shard_map: ShardMap, seconds: float
+) -> list[Row]:
     rows: list[Row] = []
     postgres = asyncio.run(cpu.postmaster(database_url))
     for concurrency in (1, 100):
-        for processes in (1, 4):
-            asyncio.run(_clear(shard_map))
-            asyncio.run(preload(shard_map, 250_000 if concurrency > 1 else 20_000))
+        for processes in PROCESSES:
+            asyncio.run(clear(shard_map))
+            asyncio.run(preload(shard_map, round(PRELOAD_PER_SECOND[concurrency] * seconds)))
             base, ceiling_pg = asyncio.run(
                 ceiling.claim_complete_metered(database_url, seconds / 2, postgres)
             )
@@ -284,7 +298,7 @@ def lease_complete(url: str, database_url: str, shard_map: ShardMap, seconds: fl
                 },
                 {"bench": os.getpid()},
             ) as meter:
-                rate, start, end = sdk_rate(url, concurrency, processes, seconds)
+                rate, start, end = sdk_rate(pool, url, concurrency, processes, seconds)
             rows.append(
                 {
                     "worker processes": processes,
@@ -336,7 +350,7 @@ async def batch_enqueue(url: str, seconds: float, clients: int = 2) -> float:
         return sum(counts) / (time.perf_counter() - started)
 
 
-async def single_enqueue(url: str, samples: int = 300) -> list[float]:
+async def single_enqueue(url: str, samples: int = SINGLE_ENQUEUES) -> list[float]:
     """Seconds per ``POST /v1/jobs/{name}/runs`` of one run, one call at a time: the
     first half of every wake-up."""
     body = orjson.dumps({"payload": {"n": 1}})
@@ -390,7 +404,7 @@ def enqueue_figures(url: str, database_url: str, shard_map: ShardMap, seconds: f
     """(d): the batch enqueue next to ``INSERT … SELECT unnest`` measured just before,
     and the statement it ends in, alone, measured just after."""
     postgres = asyncio.run(cpu.postmaster(database_url))
-    asyncio.run(_clear(shard_map))
+    asyncio.run(clear(shard_map))
     with cpu.metered({"postgres": [postgres]}, {"bench": os.getpid()}) as meter:
         start = time.time()
         base = asyncio.run(ceiling.enqueue(database_url, seconds / 2))
@@ -407,7 +421,7 @@ def enqueue_figures(url: str, database_url: str, shard_map: ShardMap, seconds: f
             rate,
             {"postgres": "PG us/run", "dispatcher": "dispatcher us/run", "bench": "client us/run"},
         )
-    asyncio.run(_clear(shard_map))
+    asyncio.run(clear(shard_map))
     statement = asyncio.run(store_enqueue(shard_map, seconds / 2))
     return {
         "http runs/s": round(rate),
@@ -425,9 +439,9 @@ def enqueue_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(migrate(context.database_url))
     with dispatcher(context.database_url) as url:
         rows = [enqueue_figures(url, context.database_url, shard_map, context.seconds)]
-        asyncio.run(_clear(shard_map))
-        commits = asyncio.run(ceiling.commit_latency(context.database_url))
-        singles = asyncio.run(single_enqueue(url))
+        asyncio.run(clear(shard_map))
+        commits = asyncio.run(ceiling.commit_latency(context.database_url, wakeup_samples()))
+        singles = asyncio.run(single_enqueue(url, scaled(SINGLE_ENQUEUES, least=10)))
     figures = context.figures
     figures["enqueue_runs_per_s"] = rows[0]["http runs/s"]
     figures["enqueue_vs_ceiling"] = round(
@@ -464,7 +478,7 @@ def enqueue_case(context: Context) -> list[Table]:
 # --- (e) idle wake-up -------------------------------------------------------------------
 
 
-async def wakeup(url: str, samples: int = 200) -> list[float]:
+async def wakeup(url: str, samples: int = WAKEUPS) -> list[float]:
     """Seconds from the enqueue call to the handler's start, one run at a time."""
     started: dict[int, float] = {}
     seen = asyncio.Event()
@@ -498,6 +512,11 @@ async def wakeup(url: str, samples: int = 200) -> list[float]:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 30)
     return waits
+
+
+def wakeup_samples() -> int:
+    """How many wake-ups (and one-row commits) to time: ``WAKEUPS`` at full scale."""
+    return scaled(WAKEUPS, least=10)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -552,19 +571,24 @@ async def _ready_left(shard_map: ShardMap) -> int:
 
 
 def start_lag(
-    url: str, shard_map: ShardMap, max_rate: float, seconds: float
+    pool: Pool,
+    url: str,
+    shard_map: ShardMap,
+    max_rate: float,
+    seconds: float,
+    *,
+    settle: bool = True,
 ) -> dict[int, list[float]]:
-    """Feed ready runs at 80 % of ``max_rate`` for ``seconds`` to 4 SDK processes; the
-    lags of the runs made ready after a warm-up (the processes are up and leasing)."""
-    asyncio.run(_clear(shard_map))
+    """Feed ready runs at 80 % of ``max_rate`` for ``seconds`` to the 4 SDK processes of
+    ``pool`` (terminated afterwards); the lags of the runs made ready after a warm-up
+    (the processes are up and leasing), when ``settle``."""
+    asyncio.run(clear(shard_map))
     rate = 0.8 * max_rate
-    warm_up = 3.0
-    context = multiprocessing.get_context("spawn")
-    pool = context.Pool(4)
+    warm_up = 3.0 if settle else 0.0
     try:
-        pool.map_async(_sdk_process, [(url, 100, seconds + warm_up + 30, WORKER, QUEUE)] * 4)
-        time.sleep(3.0)  # spawned, imported, long-polling
-        asyncio.run(_clear(shard_map))
+        pool.map_async(sdk_process, [(url, 100, seconds + warm_up + 30, WORKER, QUEUE)] * 4)
+        time.sleep(warm_up)  # the processes are up and long-polling
+        asyncio.run(clear(shard_map))
         asyncio.run(_feed(shard_map, rate, seconds + warm_up))
         deadline = time.monotonic() + 30
         while asyncio.run(_ready_left(shard_map)) and time.monotonic() < deadline:
@@ -578,9 +602,12 @@ def start_lag(
 # --- (g) fairness -----------------------------------------------------------------------
 
 
-async def _fairness_phase(url: str, shard_map: ShardMap, flood: int, seconds: float) -> list[float]:
-    """B's start lags (s) while B enqueues 10 critical runs/s, with A's flood or not."""
-    await _clear(shard_map)
+async def _fairness_phase(
+    url: str, shard_map: ShardMap, flood: int, seconds: float, settle: bool
+) -> list[float]:
+    """B's start lags (s) while B enqueues 10 critical runs/s, with A's flood or not;
+    with ``settle``, once A's runs hold their slots, and until B's last runs started."""
+    await clear(shard_map)
     async with _session(TEAM_A) as a, _session(TEAM_B) as b:
         await _put_job(a, url, "slow", {"queue": QUEUE, "priority": "bulk", "concurrency": 50})
         await _put_job(b, url, "urgent", {"queue": QUEUE, "priority": "critical"})
@@ -605,7 +632,8 @@ async def _fairness_phase(url: str, shard_map: ShardMap, flood: int, seconds: fl
         worker.register(lambda _context: None, job="urgent")
         task = asyncio.create_task(worker.run())
         try:
-            await asyncio.sleep(2.0)  # A's runs fill their 50 slots
+            if settle:
+                await asyncio.sleep(2.0)  # A's runs fill their 50 slots
             started = time.perf_counter()
             sent = 0
             while time.perf_counter() - started < seconds:
@@ -613,7 +641,8 @@ async def _fairness_phase(url: str, shard_map: ShardMap, flood: int, seconds: fl
                     await answer.read()
                 sent += 1
                 await asyncio.sleep(max(0.0, started + sent / 10 - time.perf_counter()))
-            await asyncio.sleep(1.0)
+            if settle:
+                await asyncio.sleep(1.0)
         finally:
             worker.stop(force=True)
             with contextlib.suppress(Exception):
@@ -621,9 +650,11 @@ async def _fairness_phase(url: str, shard_map: ShardMap, flood: int, seconds: fl
     return (await _lags(shard_map, "b", ["urgent"]))[0]
 
 
-def fairness(url: str, shard_map: ShardMap, seconds: float) -> tuple[list[float], list[float]]:
-    calm = asyncio.run(_fairness_phase(url, shard_map, 0, seconds))
-    flooded = asyncio.run(_fairness_phase(url, shard_map, scaled(FLOOD), seconds))
+def fairness(
+    url: str, shard_map: ShardMap, seconds: float, *, settle: bool = True
+) -> tuple[list[float], list[float]]:
+    calm = asyncio.run(_fairness_phase(url, shard_map, 0, seconds, settle))
+    flooded = asyncio.run(_fairness_phase(url, shard_map, scaled(FLOOD), seconds, settle))
     return calm, flooded
 
 
@@ -652,12 +683,12 @@ async def _checkpoint(database_url: str) -> None:
 
 def _wakeup_figures(context: Context, url: str, shard_map: ShardMap) -> Table:
     figures = context.figures
-    asyncio.run(_clear(shard_map))
+    asyncio.run(clear(shard_map))
     # Idle means idle: the loads before this one left dirty pages and WAL whose
     # checkpoint would otherwise land in the middle of the samples, stalling commits.
     asyncio.run(_checkpoint(context.database_url))
-    commits = asyncio.run(ceiling.commit_latency(context.database_url))
-    waits = asyncio.run(wakeup(url))
+    commits = asyncio.run(ceiling.commit_latency(context.database_url, wakeup_samples()))
+    waits = asyncio.run(wakeup(url, wakeup_samples()))
     figures["wakeup_p50_ms"] = round(percentile(waits, 0.5) * 1000, 2)
     figures["wakeup_p99_ms"] = round(percentile(waits, 0.99) * 1000, 2)
     figures["commit_p50_ms"] = round(percentile(commits, 0.5) * 1000, 2)
@@ -696,8 +727,8 @@ def _best(throughput: list[Row]) -> Row:
 @register("http-lease", "(c) alone: lease + complete through HTTP", default=False)
 def lease_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(migrate(context.database_url))
-    with dispatcher(context.database_url) as url:
-        throughput = lease_complete(url, context.database_url, shard_map, context.seconds)
+    with dispatcher(context.database_url) as url, sdk_pool() as pool:
+        throughput = lease_complete(pool, url, context.database_url, shard_map, context.seconds)
     best = _best(throughput)
     context.figures["http_runs_per_s"] = best["http runs/s"]
     context.figures["http_vs_ceiling"] = best["vs ceiling"]
@@ -716,8 +747,8 @@ def http_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(migrate(context.database_url))
     seconds = context.seconds
     figures = context.figures
-    with dispatcher(context.database_url) as url:
-        throughput = lease_complete(url, context.database_url, shard_map, seconds)
+    with dispatcher(context.database_url) as url, sdk_pool() as pool:
+        throughput = lease_complete(pool, url, context.database_url, shard_map, seconds)
         best = _best(throughput)
         figures["http_runs_per_s"] = best["http runs/s"]
         figures["http_vs_ceiling"] = best["vs ceiling"]
@@ -730,7 +761,9 @@ def http_case(context: Context) -> list[Table]:
 
         woken = _wakeup_figures(context, url, shard_map)
 
-        lags = start_lag(url, shard_map, best["http runs/s"], seconds * 2)
+        lags = start_lag(
+            pool, url, shard_map, best["http runs/s"], seconds * 2, settle=not context.smoke
+        )
         lag_rows = []
         for rank, name in enumerate(("critical", "default", "bulk")):
             p99 = percentile(lags[rank], 0.99)
@@ -744,7 +777,7 @@ def http_case(context: Context) -> list[Table]:
                 }
             )
 
-        calm, flooded = fairness(url, shard_map, seconds * 2)
+        calm, flooded = fairness(url, shard_map, seconds * 2, settle=not context.smoke)
         figures["fairness_b_p99_lag_no_flood_s"] = round(percentile(calm, 0.99), 3)
         figures["fairness_b_p99_lag_s"] = round(percentile(flooded, 0.99), 3)
         figures["fairness_b_vs_no_flood"] = round(

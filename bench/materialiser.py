@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
-import os
 import pstats
 import statistics
 import time
@@ -31,6 +30,7 @@ import asyncpg
 import orjson
 
 from bench import Context, Row, Table, register
+from bench.harness import scaled
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec, MissedRunPolicy, Schedule
 from tickwork.engine import materialiser
@@ -52,17 +52,6 @@ SELECT 'tenant-' || (n % 100), 'job-' || $4::integer || '-' || n, $1::jsonb, 'de
        $2, now(), now()
 FROM generate_series(1, $3) AS n
 """
-
-
-def scale() -> float:
-    value = float(os.environ.get("TICKWORK_BENCH_SCALE", "1"))
-    if value <= 0:
-        raise ValueError("TICKWORK_BENCH_SCALE must be positive")
-    return value
-
-
-def scaled(count: int) -> int:
-    return round(count * scale())
 
 
 def spec_document(cron: str = "0 * * * *", jitter: int = JITTER_SECONDS) -> str:
@@ -218,6 +207,7 @@ async def profile(conns: Sequence[asyncpg.Connection], count: int) -> list[Row]:
     profiler.disable()
     total = time.perf_counter() - started
     stats = pstats.Stats(profiler)
+    # Stats.stats, the raw table (entry[3]: cumulative seconds), is not in typeshed.
     cumulative: dict[tuple[str, str], float] = {
         (path, function): float(entry[3])
         for (path, _, function), entry in stats.stats.items()  # type: ignore[attr-defined]
@@ -249,7 +239,7 @@ def plan_table() -> Table:
     for cron, zone in (("0 * * * *", "UTC"), ("*/15 * * * *", "Europe/Berlin")):
         for shared in (True, False):
             materialiser.fire_times.cache_clear()
-            calls = PLAN_CALLS if shared else PLAN_CALLS // 10
+            calls = scaled(PLAN_CALLS if shared else PLAN_CALLS // 10, least=10)
             due = materialiser.Due(
                 "tenant", "job", DUE, cron, zone, JITTER_SECONDS, MissedRunPolicy.run_once, None
             )

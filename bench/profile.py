@@ -42,8 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bench import Row, Table, cpu, format_table, http, store
-from bench.__main__ import _admin, server, with_database
+from bench import Row, Table, cpu, format_table, harness, http, store
 from tickwork.core.shards import Shard, ShardMap
 from tickwork.store import database
 
@@ -249,13 +248,13 @@ class Load:
 
 
 def http_load(url: str, shard_map: ShardMap, seconds: float, folder: Path) -> Load:
-    asyncio.run(http._clear(shard_map))
+    asyncio.run(http.clear(shard_map))
     asyncio.run(http.preload(shard_map, int(15_000 * (seconds + SETTLE + 5))))
     context = multiprocessing.get_context("spawn")
     with context.Pool(WORKERS) as pool:
         counting = seconds + SETTLE + 2
         pending = pool.map_async(
-            http._sdk_process, [(url, BATCH, counting, http.WORKER, http.QUEUE)] * WORKERS
+            http.sdk_process, [(url, BATCH, counting, http.WORKER, http.QUEUE)] * WORKERS
         )
         time.sleep(SETTLE)
         workers = [c.pid for c in multiprocessing.active_children() if c.pid is not None]
@@ -302,7 +301,7 @@ async def _prepare_store(shard: Shard, runs: int) -> None:
 
 
 def enqueue_load(url: str, shard_map: ShardMap, seconds: float, folder: Path) -> Load:
-    asyncio.run(http._clear(shard_map))
+    asyncio.run(http.clear(shard_map))
     pid = http.DISPATCHERS[url]
 
     async def load() -> tuple[float, float, dict[str, Path], cpu.Meter | None]:
@@ -369,19 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cpu.available():
         print("python -m bench.profile needs /proc (Linux)", file=sys.stderr)
         return 2
-    with server() as url:
-        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)'))
-        asyncio.run(_admin(url, f'CREATE DATABASE "{DATABASE}"'))
-        try:
-            measure(
-                with_database(url, DATABASE),
-                options.load or LOADS,
-                options.seconds,
-                options.top,
-                options.raw,
-            )
-        finally:
-            asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)'))
+    with harness.server() as url, harness.database(url, DATABASE) as database_url:
+        measure(database_url, options.load or LOADS, options.seconds, options.top, options.raw)
     return 0
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from bench import Context, Row, Table, register
+from bench.harness import scaled
 from tickwork.core import fairness
 from tickwork.store import database, leases
 
@@ -79,15 +80,16 @@ async def _explained(conn: asyncpg.Connection, sql: str, *args: Any) -> tuple[fl
 async def marks(context: Context) -> list[Table]:
     shard_map = await context.migrate(1)
     conn = await database.connect(shard_map[0])
+    rounds, ab_rounds = scaled(ROUNDS, least=3), scaled(AB_ROUNDS, least=3)
     try:
-        await conn.execute(PRELOAD, BATCH * ROUNDS * 2, QUEUE)
+        await conn.execute(PRELOAD, BATCH * rounds * 2, QUEUE)
         await conn.execute("VACUUM ANALYZE live_runs")
         rows: list[Row] = []
         shares = fairness.PriorityShares()
         for label, drain_first in (("jobs already marked", False), ("after a drain", True)):
             claim_times: list[tuple[float, float]] = []
             complete_times: list[tuple[float, float]] = []
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 if drain_first:
                     await conn.execute("DELETE FROM changed_jobs")
                 trial = conn.transaction()
@@ -114,19 +116,19 @@ async def marks(context: Context) -> list[Table]:
                         "marks share %": 100 * mark / total if total else 0.0,
                     }
                 )
-        ab = await _compare(conn, shares)
+        ab = await _compare(conn, shares, ab_rounds)
     finally:
         await conn.close()
     return [
         Table(
-            f"claim 100 + complete 100, {AB_ROUNDS} rounds each way, alternating "
+            f"claim 100 + complete 100, {ab_rounds} rounds each way, alternating "
             "(jobs marked: the steady state between two status passes)",
             ab,
             notes=["µs per run: median round time / 100; the difference is what the marks cost"],
         ),
         Table(
             "changed-jobs marks inside the worker path's statements (median of "
-            f"{ROUNDS}, batches of {BATCH} runs over 500 jobs)",
+            f"{rounds}, batches of {BATCH} runs over 500 jobs)",
             rows,
             notes=[
                 "marks ms: the changed_jobs insert node of the statement's plan",
@@ -155,9 +157,11 @@ async def _round(
     return time.perf_counter() - started
 
 
-async def _compare(conn: asyncpg.Connection, shares: fairness.PriorityShares) -> list[Row]:
-    """Claim + complete round trips with the marks and without, interleaved."""
-    await conn.execute(PRELOAD, BATCH * AB_ROUNDS * 2 + BATCH * 20, QUEUE)
+async def _compare(
+    conn: asyncpg.Connection, shares: fairness.PriorityShares, rounds: int
+) -> list[Row]:
+    """``rounds`` claim + complete round trips with the marks and without, interleaved."""
+    await conn.execute(PRELOAD, BATCH * rounds * 2 + BATCH * 20, QUEUE)
     await conn.execute("VACUUM ANALYZE live_runs")
     variants = {
         "with marks": (leases.CLAIM, leases.COMPLETE_SUCCEEDED),
@@ -167,7 +171,7 @@ async def _compare(conn: asyncpg.Connection, shares: fairness.PriorityShares) ->
     for claim, complete in variants.values():  # warm the plans
         for _ in range(10):
             await _round(conn, claim, complete, claim_args(shares))
-    for _ in range(AB_ROUNDS):
+    for _ in range(rounds):
         for name, (claim, complete) in variants.items():
             timings[name].append(await _round(conn, claim, complete, claim_args(shares)))
     base = statistics.median(timings["without marks"])

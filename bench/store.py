@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from bench import Context, Row, Table, ceiling, cpu, register
+from bench.harness import scaled
 from tickwork.core.records import Completed, Completion, Outcome, State
 from tickwork.core.shards import Shard
 from tickwork.store import database, leases
@@ -156,11 +157,10 @@ async def claim_complete(context: Context) -> list[Table]:
     shapes = [(batch, 1, 1, "none") for batch in BATCHES] + [(100, 5, 3, "none")]
     shapes += [(100, 1, 1, flow) for flow in FLOW if flow != "none"]
     for batch, tenants, priorities, flow in shapes:
-        calibration = await drain(
-            shard, batch, CALIBRATION_RUNS[batch], tenants, priorities, flow=flow
-        )
+        calibrating = scaled(CALIBRATION_RUNS[batch], least=batch)
+        calibration = await drain(shard, batch, calibrating, tenants, priorities, flow=flow)
         runs = int(calibration.rate * context.seconds)
-        runs = max(CALIBRATION_RUNS[batch], min(MAX_RUNS, runs - runs % batch))
+        runs = max(calibrating, min(MAX_RUNS, runs - runs % batch))
         ceiling_rate, ceiling_pg = await ceiling.claim_complete_metered(
             context.database_url, context.seconds / 2, postgres
         )
