@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test lint unit alerts docs schema crds bench profile soak e2e clean
+.PHONY: help install run test lint unit unit-fast alerts docs schema crds bench bench-smoke profile soak e2e clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -24,15 +24,19 @@ run: $(STAMP) ## run tickwork dev on an embedded PostgreSQL with the examples an
 	$(BIN)/tickwork dev --manifests examples/jobs --demo-worker
 
 lint: $(STAMP) ## ruff, mypy --strict and the import-linter layers
-	$(BIN)/ruff check src tests soak e2e
-	$(BIN)/ruff format --check src tests soak e2e
-	$(BIN)/mypy --strict src
+	$(BIN)/ruff check src tests soak e2e bench
+	$(BIN)/ruff format --check src tests soak e2e bench
+	$(BIN)/mypy --strict src bench
 	$(BIN)/lint-imports
 
 # Two workers, a test file each at a time: most tests wait on PostgreSQL or a socket, and
 # module fixtures (the wheel, seeded shards) are built once per file.
 unit: $(STAMP) ## the whole test suite (no lint)
 	$(BIN)/pytest -n 2 --dist loadfile
+
+# One process: the tier takes less time than starting workers would.
+unit-fast: $(STAMP) ## the unit tier only (tests/unit: no database, no sockets), in seconds
+	$(BIN)/pytest tests/unit
 
 test: lint unit ## lint and the whole suite: what CI runs
 
@@ -52,6 +56,9 @@ schema: $(STAMP) ## rewrite src/tickwork/store/schema.sql from a freshly migrate
 
 bench: $(STAMP) ## throughput benchmarks (prints a table)
 	$(BIN)/python -m bench
+
+bench-smoke: $(STAMP) ## every benchmark case once at the smallest size: they still run (figures mean nothing)
+	$(BIN)/python -m bench --smoke
 
 profile: $(STAMP) ## on what the dispatcher, workers and store client spend their CPU (py-spy)
 	$(BIN)/python -m bench.profile

@@ -7,6 +7,7 @@ temporary directory; with it, tests use that server (they create and drop databa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -15,6 +16,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -214,3 +216,36 @@ async def api_server(database: Database) -> AsyncIterator[ApiServer]:
         yield ApiServer(url=url, services=services, scheduler=Scheduler(database))
     finally:
         await server.stop()
+
+
+# Loop iterations a test's own tasks get, once it and its fixtures are done, to finish
+# what they already have to do (a cancellation, a closed connection's last callback).
+SETTLE_ITERATIONS = 20
+
+
+@pytest.fixture(autouse=True)
+async def fail_on_leaked_tasks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Fail a test that leaves tasks it started pending on the loop all tests share.
+
+    Such a task keeps running into later tests (holding connections, writing rows,
+    failing in someone else's test), and usually means the code under test does not
+    stop what it starts. Autouse here, so set up before the test's other function
+    fixtures and torn down after them: what they start and stop is not a leak, and the
+    tasks of session and module fixtures, set up earlier, are not counted.
+    """
+    before = asyncio.all_tasks()
+    yield
+    if request.node.get_closest_marker("leaks_tasks"):
+        return
+    leaked: set[asyncio.Task[Any]] = set()
+    for _ in range(SETTLE_ITERATIONS):
+        leaked = asyncio.all_tasks() - before - {asyncio.current_task()}
+        if not leaked:
+            return
+        await asyncio.sleep(0)
+    shown = "\n  ".join(sorted(repr(task) for task in leaked))
+    # Stopped here so that they cannot fail or block the next test on this loop.
+    for task in leaked:
+        task.cancel()
+    await asyncio.wait(leaked, timeout=5)
+    pytest.fail(f"the test left {len(leaked)} task(s) pending:\n  {shown}", pytrace=False)

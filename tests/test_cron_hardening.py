@@ -1,9 +1,8 @@
 """Cron expressions and zones from hostile or careless hands: bounded, ASCII, one tz
-database, and refused by name in microseconds, never guessed at or slow."""
+database, and refused by name before anything costly is read, never guessed at."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -123,11 +122,21 @@ def test_long_expressions_are_refused_before_they_are_read() -> None:
     assert cron.CronSchedule.parse(longest).next_after(utc("2024-01-01T00:30")) == utc(
         "2024-01-01T01:00"
     )
-    for expression in [longest + " ", "0," * 1_000_000 + "0 * * * *"]:
-        started = time.perf_counter()
-        with pytest.raises(cron.CronError, match="characters long; the limit is 256"):
+    # Reading one took seconds. Refused for its length alone, whatever else is wrong
+    # with it (a foreign digit, six fields, a macro): nothing past the length is read.
+    for expression in [
+        longest + " ",
+        "0," * 1_000_000 + "0 * * * *",
+        "0," * 1_000_000 + "\u0663 * * * *",
+        "0," * 1_000_000 + "0 * * * * *",
+        "@every " + "1" * 1_000_000,
+    ]:
+        with pytest.raises(cron.CronError) as refused:
             cron.CronSchedule.parse(expression)
-        assert time.perf_counter() - started < 0.5  # it took seconds
+        assert str(refused.value) == (
+            f"cron expression is {len(expression)} characters long; the limit is 256"
+        )
+        assert refused.value.field == "expression"
 
 
 @pytest.mark.parametrize(
@@ -140,13 +149,12 @@ def test_long_expressions_are_refused_before_they_are_read() -> None:
         "0-59/1 0-23/1 1-31/1 1-12/1 0-7/1",
     ],
 )
-def test_the_costliest_expressions_parse_in_milliseconds(expression: str) -> None:
-    started = time.perf_counter()
+def test_the_costliest_expressions_parse(expression: str) -> None:
+    # How long each takes is measured by make bench.
     try:
         cron.CronSchedule.parse(expression, "Europe/Berlin")
     except cron.CronError as error:
         assert "never fires" in str(error)
-    assert time.perf_counter() - started < 1.0
 
 
 def test_a_day_lost_to_a_zone_change_runs_once_at_its_end() -> None:

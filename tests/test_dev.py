@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import TEST_SHARDS, scratch_database
-from faults.conftest import eventually
+from polling import eventually
 
 from tickwork.core.shards import ShardMap
 from tickwork.store import shard_leases

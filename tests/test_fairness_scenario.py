@@ -1,18 +1,21 @@
 """The fairness scenario, scaled down to seconds: tenant A floods bulk runs of a slow
 job that keeps its workers busy (concurrency 4 of a pool of 6); tenant B enqueues
-critical runs 10 a second. B's start lag (lease time - ready time) stays under 1 s and
-close to its lag with no flood. Real HTTP, the worker SDK, real PostgreSQL; the clock is
-the wall clock, as the scenario is about it."""
+critical runs 10 a second. The flood never holds more than its 4 slots, and every B run
+starts while the flood's backlog still waits: B is not queued behind it. Real HTTP, the
+worker SDK, real PostgreSQL.
+
+B's start lag, and how it compares with its lag without the flood, are measured by
+make bench at full scale (fairness_b_p99_lag_s, fairness_b_vs_no_flood): timings taken
+here, on a machine busy with other tests, would say little."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import statistics
-from datetime import datetime
 
-import httpx
+from api.clients import client
 from conftest import ADMIN_TOKEN, ApiServer
+from polling import eventually
 
 from tickwork.worker import RunContext, Worker
 
@@ -20,78 +23,61 @@ FLOOD = 2_000
 B_RUNS = 20
 
 
-def _instant(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
-async def _b_lags(api_server: ApiServer, flood: bool) -> list[float]:
-    a = httpx.AsyncClient(
-        base_url=api_server.url, headers=api_server.headers(api_server.other_team_token)
-    )
-    b = httpx.AsyncClient(
-        base_url=api_server.url, headers=api_server.headers(api_server.team_token)
-    )
-    async with a, b:
+async def test_a_flood_of_bulk_runs_does_not_hold_up_another_tenants_critical_runs(
+    api_server: ApiServer,
+) -> None:
+    async with (
+        client(api_server, api_server.other_team_token) as a,
+        client(api_server, api_server.team_token) as b,
+    ):
         await a.put("/v1/jobs/slow", json={"priority": "bulk", "concurrency": 4})
         await b.put("/v1/jobs/urgent", json={"priority": "critical"})
-        if flood:
-            for _ in range(FLOOD // 1000):
-                answer = await a.post("/v1/jobs/slow/runs:batch", json={"runs": [{}] * 1000})
-                assert answer.status_code == 200, answer.text
+        for _ in range(FLOOD // 1000):
+            answer = await a.post("/v1/jobs/slow/runs:batch", json={"runs": [{}] * 1000})
+            assert answer.status_code == 200, answer.text
 
-        started_slow = 0
+        slow_started = slow_running = slow_most = 0
         holding = asyncio.Event()
+        urgent_started: set[str] = set()
 
         async def slow(_context: RunContext) -> None:
-            nonlocal started_slow
-            started_slow += 1
-            if started_slow >= 4:
+            nonlocal slow_started, slow_running, slow_most
+            slow_started += 1
+            slow_running += 1
+            slow_most = max(slow_most, slow_running)
+            if slow_running >= 4:
                 holding.set()
-            await asyncio.sleep(0.3)  # a slow job: the workers it holds are the point
+            try:
+                await asyncio.sleep(0.3)  # a slow job: the workers it holds are the point
+            finally:
+                slow_running -= 1
+
+        async def urgent(context: RunContext) -> None:
+            urgent_started.add(context.run_id)
 
         worker = Worker(
             api_server.url, ADMIN_TOKEN, queues=["default"], concurrency=6, wait_seconds=2
         )
         worker.register(slow, job="slow")
-        worker.register(lambda _context: None, job="urgent")
+        worker.register(urgent, job="urgent")
         task = asyncio.create_task(worker.run())
         try:
-            if flood:  # the flood holds its four slots
-                await asyncio.wait_for(holding.wait(), 10)
+            await asyncio.wait_for(holding.wait(), 10)  # the flood holds its four slots
             loop = asyncio.get_running_loop()
             started = loop.time()
-            ids = []
+            ids = set()
             for n in range(B_RUNS):
+                # B's pace, 10 a second, as in the scenario.
                 await asyncio.sleep(max(0.0, started + n / 10 - loop.time()))
                 answer = await b.post("/v1/jobs/urgent/runs", json={})
                 assert answer.status_code == 201, answer.text
-                ids.append(answer.json()["runId"])
-            lags = []
-            for run_id in ids:
-                for _ in range(100):
-                    run = (await b.get(f"/v1/runs/{run_id}")).json()
-                    if run["attempts"]:
-                        break
-                    await asyncio.sleep(0.02)
-                leased = _instant(run["attempts"][0]["leasedAt"])
-                lags.append((leased - _instant(run["readyAt"])).total_seconds())
+                ids.add(answer.json()["runId"])
+            # Behind the flood's backlog they would start minutes from now.
+            await eventually(lambda: urgent_started == ids, what="every B run started")
+            flood_started_by_then = slow_started
         finally:
             worker.stop(force=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 10)
-        if flood:
-            busy = (await a.get("/v1/jobs/slow")).json()
-            assert busy["activeRuns"] <= 4
-    return lags
-
-
-async def test_a_flood_of_bulk_runs_does_not_delay_another_tenants_critical_runs(
-    api_server: ApiServer,
-) -> None:
-    calm = await _b_lags(api_server, flood=False)
-    flooded = await _b_lags(api_server, flood=True)
-    assert max(flooded) < 1.0, flooded
-    # Typically within 20 % of the lag with no flood, plus 50 ms for the wall clock's
-    # noise: the median, as one scheduling hiccup in 20 samples says nothing of the
-    # flood (make bench measures the p99 at full scale: fairness_b_p99_lag_s).
-    assert statistics.median(flooded) <= 1.2 * statistics.median(calm) + 0.05, (calm, flooded)
+    assert flood_started_by_then < FLOOD // 2, flood_started_by_then
+    assert slow_most == 4, slow_most

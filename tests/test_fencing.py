@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import asyncpg
 import pytest
+from polling import eventually
 
 from tickwork.coordination.ownership import Fixed
 from tickwork.core.clock import FrozenClock
@@ -139,11 +140,10 @@ async def test_a_takeover_waits_for_the_old_epochs_transaction_in_flight(
         await epochs.check(old, fence)
         taking = asyncio.create_task(epochs.take(new, "new", wait_seconds=30))
         pid = new.get_server_pid()
-        for _ in range(500):
-            if await blocked(probe, pid):
-                break
-            await asyncio.sleep(0.01)
-        assert await blocked(probe, pid) and not taking.done()
+        await eventually(
+            lambda: blocked(probe, pid), every=0.01, what="the takeover waiting for the lock"
+        )
+        assert not taking.done()
         await old.execute("UPDATE definitions SET paused = paused")  # the old epoch's write
         await writing.commit()  # lands before the new epoch begins
         holder = await asyncio.wait_for(taking, 5)

@@ -92,8 +92,10 @@ async def test_a_rate_limit_is_never_exceeded_by_four_claimers_on_two_dispatcher
         bisect.bisect_left(times, start + period) - index for index, start in enumerate(times)
     )
     assert fullest <= limit
-    # And the limit is used: the backlog took little more than 20 periods.
-    assert times[-1] - times[0] < 10_000 / limit * period * 1.25
+    # And the limit is used: the backlog took not much more than 20 periods. The clock
+    # ticks per reading, and completions read it too, so how many readings a period
+    # holds varies with how the four claimers interleave: a margin of half.
+    assert times[-1] - times[0] < 10_000 / limit * period * 1.5
 
 
 async def test_a_keyed_rate_limit_counts_each_key_apart(

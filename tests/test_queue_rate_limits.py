@@ -1,7 +1,8 @@
 """Queue-wide rate limits set on the dispatcher (``--queue-rate-limit``): the window on
 the queue's home shard holds across tenants, shards and dispatcher replicas; other
 queues are claimed as before; a home shard that cannot be read closes the queue. Time
-is the claims' ``now``, driven by the test."""
+is the claims' ``now``, driven by the test. The option's refusals are checked in
+tests/unit/test_queue_rate_limits.py."""
 
 from __future__ import annotations
 
@@ -9,13 +10,10 @@ import asyncio
 import bisect
 import itertools
 from datetime import datetime
-from pathlib import Path
 
 import orjson
 import pytest
-from click.testing import CliRunner
 
-from tickwork.cli import cli
 from tickwork.core.clock import FrozenClock
 from tickwork.core.queue_limits import QueueRateLimit
 from tickwork.core.records import Lease, Outcome
@@ -194,38 +192,3 @@ async def test_a_claim_without_limited_queues_never_reads_a_window(
     monkeypatch.setattr(queue_rates, "take", refuse)
     got = await dispatcher.lease(["default"], limit=10, worker_id="w", lease_seconds=60)
     assert len(got) == 2
-
-
-@pytest.mark.parametrize(
-    ("value", "says"),
-    [
-        ("reports=0/60", "the limit must be 1 to"),
-        ("reports=10", "is not QUEUE=LIMIT/SECONDS"),
-        ("Reports=10/60", "queue must be"),
-        ("reports=10/0.5", "the period must be 1 to"),
-        ("reports=10/60 reports=5/1", "given two rate limits"),
-    ],
-)
-def test_a_bad_queue_rate_limit_stops_the_dispatcher_naming_the_option(
-    value: str, says: str
-) -> None:
-    nowhere = "postgresql://127.0.0.1:1/nothing"
-    result = CliRunner().invoke(
-        cli,
-        ["dispatcher", "--database-url", nowhere, "--port", "0"],
-        env={"TICKWORK_QUEUE_RATE_LIMITS": value},
-    )
-    assert result.exit_code == 2, result.output
-    assert "--queue-rate-limit" in result.output
-    assert says in result.output
-
-
-def test_tickwork_dev_takes_the_option_and_refuses_a_bad_value(tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        cli,
-        ["dev", "--data-dir", str(tmp_path), "--queue-rate-limit", "reports=100/0"],
-    )
-    assert result.exit_code == 2, result.output
-    assert "--queue-rate-limit" in result.output
-    assert "the period must be 1 to 86400 s" in result.output
-    assert not any(tmp_path.iterdir())  # refused before anything started

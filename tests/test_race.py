@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from polling import eventually
 
 from tickwork.core.errors import StaleLease, TickworkError
 from tickwork.core.records import (
@@ -336,14 +337,14 @@ async def leased_runs(conn: asyncpg.Connection, shard: int, count: int) -> list[
 
 
 async def wait_until_blocked(observer: asyncpg.Connection, pid: int) -> None:
-    for _ in range(500):
-        waiting = await observer.fetchval(
-            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+    async def waiting() -> bool:
+        return bool(
+            await observer.fetchval(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+            )
         )
-        if waiting:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the completion never waited for the reaper's lock")
+
+    await eventually(waiting, every=0.01, what="the completion waiting for the reaper's lock")
 
 
 @pytest.mark.parametrize("outcome", [Outcome.succeeded, Outcome.failed])

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from polling import eventually
 
 from tickwork.core.records import State
 from tickwork.core.spec import JobSpec
@@ -378,12 +379,12 @@ async def test_lost_lease_drops_the_outcome(api_server: Any) -> None:
         # statement, so no heartbeat slips in between; retried if a heartbeat holds the row).
         shard, _ = api_server.jobs.locate_run(run_id)
         later = datetime.now(UTC) + timedelta(hours=1)
-        async with asyncio.timeout(WAIT):
-            while True:
-                async with api_server.database.connection(shard) as conn:
-                    if (await sweeps.reap(conn, now=later)).total:
-                        break
-                await asyncio.sleep(0.01)
+
+        async def reaped() -> bool:
+            async with api_server.database.connection(shard) as conn:
+                return bool((await sweeps.reap(conn, now=later)).total)
+
+        await eventually(reaped, within=WAIT, every=0.01, what="the run reaped")
         [result] = await results.wait(1)
 
     assert result.outcome == "dropped" and result.state is None

@@ -7,6 +7,7 @@ import contextlib
 
 import httpx
 from conftest import ApiServer
+from polling import eventually
 
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest
@@ -32,11 +33,13 @@ async def test_runs_claimed_for_a_vanished_long_poll_are_released(api_server: Ap
         # The server-side poll is still waiting; this run wakes it, it claims the run,
         # finds its client gone and must give the run back.
         run, _ = await api_server.jobs.enqueue("acme", "report", EnqueueRequest(), "test")
-        for _ in range(100):
+
+        async def given_back() -> bool:
             current, _ = await api_server.jobs.run(run.run_id)
-            if current.state.value == "ready" and current.fencing_token is not None:
-                break
-            await asyncio.sleep(0.02)
+            return current.state.value == "ready" and current.fencing_token is not None
+
+        await eventually(given_back, what="the run claimed and given back")
+        current, _ = await api_server.jobs.run(run.run_id)
         assert current.state.value == "ready"
         assert current.attempt == 0, "an undelivered lease must not cost an attempt"
         first_token = current.fencing_token

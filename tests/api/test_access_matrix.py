@@ -30,7 +30,9 @@ import pytest
 from fastapi import FastAPI
 from kube.emulator import Emulator
 from kube.reviews import User
+from polling import eventually
 
+from api.clients import HandClock
 from tickwork.api import access, kubernetes_auth
 from tickwork.api.access import Operation
 from tickwork.api.app import create_app
@@ -196,14 +198,6 @@ class Cluster:
         return False, "no grant"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class World:
     """The server, and how each call makes what it acts on."""
@@ -212,7 +206,7 @@ class World:
     services: Services
     app: FastAPI
     cluster: Cluster
-    clock: Clock
+    clock: HandClock
     names: itertools.count[int] = field(default_factory=itertools.count)
 
     def headers(self, caller: Caller) -> dict[str, str]:
@@ -238,14 +232,16 @@ class World:
         # Callers run at once: another's claim may take this run, while this claim's
         # snapshot predates that caller's own run (SKIP LOCKED then finds none). Ask
         # again: some run of acme's is there for each caller.
-        for _ in range(100):
-            got = await self.services.dispatcher.lease(
+        got: list[Lease] = []
+
+        async def leased_one() -> bool:
+            got[:] = await self.services.dispatcher.lease(
                 [QUEUE], limit=1, worker_id="matrix", lease_seconds=300, tenant=TENANT
             )
-            if got:
-                return got[0]
-            await asyncio.sleep(0.01)
-        raise AssertionError("no run of acme's to lease")
+            return bool(got)
+
+        await eventually(leased_one, every=0.01, what="a run of acme's leased")
+        return got[0]
 
     async def dead(self) -> Run:
         lease = await self.leased()
@@ -938,7 +934,7 @@ def expected_page(page: Page, caller: Caller) -> Seen:
 @pytest.fixture
 async def world(kube: Emulator, database: Database) -> AsyncIterator[World]:
     cluster = Cluster(kube)
-    clock = Clock()
+    clock = HandClock()
     api = await kubernetes_auth.api_client(kube.kubeconfig)
     reviews = kubernetes_auth.KubernetesAuth(
         api, ReviewSettings(cache_seconds=10, negative_cache_seconds=5), clock=clock

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import ssl
 from datetime import datetime
 from typing import Any
 
 import httpx
 from conftest import ApiServer
 
-TLS = ssl.create_default_context()
-PROBLEMS = "https://tickwork.dev/problems/"
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token), verify=TLS)
+from api.clients import assert_problem, client
 
 
 async def every_page(team: httpx.AsyncClient, limit: int, **query: str) -> list[dict[str, Any]]:
@@ -30,14 +24,6 @@ async def every_page(team: httpx.AsyncClient, limit: int, **query: str) -> list[
         cursor = page["nextCursor"]
         if cursor is None:
             return items
-
-
-def problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    document: dict[str, Any] = response.json()
-    assert document["type"] == PROBLEMS + slug
-    return document
 
 
 async def test_the_audit_log_lists_who_changed_what_newest_first(api_server: ApiServer) -> None:
@@ -88,7 +74,7 @@ async def test_the_audit_log_lists_who_changed_what_newest_first(api_server: Api
 async def test_the_audit_log_is_the_tenants_own(api_server: ApiServer) -> None:
     async with client(api_server, api_server.team_token) as acme:
         assert (await acme.put("/v1/jobs/payroll", json={})).status_code == 201
-        problem(await acme.get("/v1/audit", params={"tenant": "globex"}), 403, "forbidden")
+        assert_problem(await acme.get("/v1/audit", params={"tenant": "globex"}), 403, "forbidden")
     async with client(api_server, api_server.other_team_token) as globex:
         assert (await globex.get("/v1/audit")).json() == {"items": [], "nextCursor": None}
     async with client(api_server, api_server.admin_token) as admin:
@@ -96,7 +82,7 @@ async def test_the_audit_log_is_the_tenants_own(api_server: ApiServer) -> None:
         [entry] = (await admin.get("/v1/audit", params={"tenant": "acme"})).json()["items"]
         assert (entry["job"], entry["action"], entry["actor"]) == ("payroll", "create", "acme-team")
     async with client(api_server, api_server.worker_token) as worker:
-        problem(await worker.get("/v1/audit"), 403, "forbidden")
+        assert_problem(await worker.get("/v1/audit"), 403, "forbidden")
 
 
 async def test_bad_audit_queries_are_refused_naming_the_field(api_server: ApiServer) -> None:
@@ -107,5 +93,5 @@ async def test_bad_audit_queries_are_refused_naming_the_field(api_server: ApiSer
             ({"limit": "0"}, "limit"),
             ({"limit": "501"}, "limit"),
         ]:
-            refused = problem(await team.get("/v1/audit", params=params), 400, "invalid-request")
-            assert refused["field"] == field, (params, refused)
+            refused = await team.get("/v1/audit", params=params)
+            assert_problem(refused, 400, "invalid-request", field)

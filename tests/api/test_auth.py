@@ -2,30 +2,11 @@
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
-import httpx
 from conftest import ApiServer
 
-PROBLEMS = "https://tickwork.dev/problems/"
-# One TLS context for every client: httpx would load the CA bundle per client otherwise.
-TLS = ssl.create_default_context()
-
-
-def client(api_server: ApiServer, token: str | None = None) -> httpx.AsyncClient:
-    headers = {} if token is None else api_server.headers(token)
-    return httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS)
-
-
-def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    problem: dict[str, Any] = response.json()
-    assert problem["type"] == PROBLEMS + slug
-    assert problem["status"] == status
-    assert problem["title"] and problem["detail"]
-    return problem
+from api.clients import PROBLEMS, assert_problem, client
 
 
 async def acme_job_with_a_leased_run(api_server: ApiServer) -> dict[str, Any]:

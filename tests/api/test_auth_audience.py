@@ -12,12 +12,11 @@ import click
 import httpx
 import pytest
 from click.testing import CliRunner
+from conftest import served
 from kube.emulator import Emulator
 from kube.reviews import User
 
-from tickwork.api.app import create_app
 from tickwork.api.review_settings import ReviewSettings
-from tickwork.api.server import HttpServer
 from tickwork.cli import options, roles, runtime
 from tickwork.core.settings import DispatcherSettings, KubernetesAuthSettings
 from tickwork.engine.installation import Installation
@@ -39,13 +38,8 @@ async def dispatcher(
     """The dispatcher's wiring for ``--auth kubernetes``, and a client without a token."""
     async with runtime.authenticator("kubernetes", None, reviews) as auth:
         services = runtime.api_services(Installation.over(database), auth, Metrics())
-        server = HttpServer(create_app(services), port=0)
-        url = await server.start()
-        try:
-            async with httpx.AsyncClient(base_url=url) as client:
-                yield client
-        finally:
-            await server.stop()
+        async with served(services) as url, httpx.AsyncClient(base_url=url) as client:
+            yield client
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -4,32 +4,16 @@ keys, a worker reading other queues' runs, credentials in payloads."""
 
 from __future__ import annotations
 
-import ssl
-import time
 from typing import Any
 
 import httpx
 from conftest import ApiServer
 
+from api.clients import PROBLEMS, assert_problem, client
 from tickwork.core import limits
 from tickwork.core.spec import JobSpec
 
-PROBLEMS = "https://tickwork.dev/problems/"
-TLS = ssl.create_default_context()
 JSON = {"content-type": "application/json"}
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token), verify=TLS)
-
-
-def assert_problem(response: httpx.Response, status: int, slug: str, field: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    problem: dict[str, Any] = response.json()
-    assert problem["type"] == PROBLEMS + slug, problem
-    assert problem.get("field") == field, problem
-    return problem
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:
@@ -78,16 +62,18 @@ async def test_cron_outside_the_grammar_is_invalid_schedule(api_server: ApiServe
             assert_problem(response, 400, "invalid-schedule", "schedule.cron")
 
 
-async def test_a_two_megabyte_cron_is_refused_at_once(api_server: ApiServer) -> None:
+async def test_a_two_megabyte_cron_is_refused_for_its_length(api_server: ApiServer) -> None:
+    # Once read whole (6.7 s, the event loop blocked for 2): refused for its length, it
+    # is not read at all, so its other faults (here: six fields) go unmentioned.
     async with client(api_server, api_server.team_token) as team:
-        started = time.perf_counter()
-        response = await team.put(
-            "/v1/jobs/ticks", json={"schedule": {"cron": "0," * 1_000_000 + "0 * * * *"}}
-        )
-        problem = assert_problem(response, 400, "invalid-schedule", "schedule.cron")
-        assert f"the limit is {limits.MAX_CRON_LENGTH}" in problem["detail"]
-        assert len(response.content) < 1000
-        assert time.perf_counter() - started < 2  # it took 6.7 s, the loop blocked for 2
+        for cron in ("0," * 1_000_000 + "0 * * * *", "0," * 1_000_000 + "0 * * * * *"):
+            response = await team.put("/v1/jobs/ticks", json={"schedule": {"cron": cron}})
+            problem = assert_problem(response, 400, "invalid-schedule", "schedule.cron")
+            assert problem["detail"] == (
+                f"schedule.cron: cron expression is {len(cron)} characters long; "
+                f"the limit is {limits.MAX_CRON_LENGTH}"
+            )
+            assert len(response.content) < 1000
         assert (await team.get("/v1/jobs/ticks")).status_code == 404
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,14 +18,14 @@ import httpx
 import pytest
 from conftest import TEAM_TOKEN, WORKER_TOKEN, ApiServer
 from conftest import test_tokens as tokens
+from polling import eventually
 
+from api.clients import TLS
 from tickwork.api.auth import Principal
 from tickwork.api.services import Services
 from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
-
-TLS = ssl.create_default_context()
 
 
 def request_head(path: str, token: str, length: int, method: str = "POST") -> bytes:
@@ -49,15 +48,6 @@ async def send_and_close(url: str, data: bytes) -> None:
 
 def gone(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if getattr(r, "action", None) == "client-gone"]
-
-
-async def wait_for_gone(caplog: pytest.LogCaptureFixture, count: int) -> None:
-    for _ in range(200):
-        if len(gone(caplog)) >= count:
-            return
-        await asyncio.sleep(0.01)
-    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    pytest.fail(f"{count} client-gone records expected, got {len(gone(caplog))}; {errors}")
 
 
 def assert_no_errors(caplog: pytest.LogCaptureFixture) -> None:
@@ -86,7 +76,7 @@ async def test_a_client_that_closes_in_the_middle_of_its_body_is_not_an_error(
     ]
     for data in halves:
         await send_and_close(api_server.url, data)
-    await wait_for_gone(caplog, len(halves))
+    await eventually(lambda: len(gone(caplog)) >= len(halves), what="a client-gone record each")
     assert_no_errors(caplog)
     assert {r.getMessage().partition(": the client")[0] for r in gone(caplog)} == {
         "POST /v1/runs:heartbeat",
@@ -129,6 +119,6 @@ async def test_a_client_that_closes_while_waiting_for_its_answer_is_not_an_error
         for data in whole:
             # Sent whole; gone while the server still authenticates the caller.
             await send_and_close(url, data)
-        await wait_for_gone(caplog, len(whole))
+        await eventually(lambda: len(gone(caplog)) >= len(whole), what="a client-gone record each")
         assert_no_errors(caplog)
         await assert_still_serving(url, TEAM_TOKEN)

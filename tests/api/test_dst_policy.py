@@ -3,28 +3,20 @@ nothing, any other value refused with a problem naming the field."""
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
-import httpx
 import pytest
 from conftest import ApiServer
 
-PROBLEMS = "https://tickwork.dev/problems/"
-TLS = ssl.create_default_context()
+from api.clients import PROBLEMS, client
+
 NIGHTLY = {"cron": "30 2 * * *", "timeZone": "Europe/Berlin"}
-
-
-def client(api_server: ApiServer) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=api_server.url, headers=api_server.headers(api_server.team_token), verify=TLS
-    )
 
 
 async def test_a_policy_is_kept_as_written_and_an_empty_one_is_none(
     api_server: ApiServer,
 ) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         dst = {"repeated": "last", "skipped": "skip"}
         created = await team.put("/v1/jobs/nightly", json={"schedule": {**NIGHTLY, "dst": dst}})
         assert created.status_code == 201, created.text
@@ -53,7 +45,7 @@ async def test_a_policy_is_kept_as_written_and_an_empty_one_is_none(
 async def test_other_values_are_refused_naming_the_field(
     api_server: ApiServer, dst: Any, field: str
 ) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         response = await team.put("/v1/jobs/nightly", json={"schedule": {**NIGHTLY, "dst": dst}})
         assert response.status_code == 400, response.text
         problem = response.json()

@@ -1,13 +1,16 @@
-"""The HTTP edge, measured with real sockets on 127.0.0.1: slow or endless requests are
-answered 408 and closed, oversized headers 431, connections over the cap 503, and a
-request is authenticated before its body is read."""
+"""The HTTP edge, with real sockets on 127.0.0.1: slow or endless requests are answered
+408 and closed, oversized headers 431, connections over the cap 503, and a request is
+authenticated before its body is read.
+
+What is asserted is the answer and the close; the waits on them are bounds that only
+catch a hang. How long the edge takes to give up on a slow client is measured by make
+bench."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -18,10 +21,10 @@ import orjson
 import pytest
 from conftest import TEAM_TOKEN, WORKER_TOKEN
 from fastapi import FastAPI, Request
+from polling import eventually
 from starlette.responses import Response
 
 from tickwork.api import edge as api_edge
-from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.settings import ApiSettings, EdgeSettings
@@ -29,7 +32,7 @@ from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
 
-# Wall-clock behaviour is what these tests are about: short limits keep them fast.
+# Short limits keep the tests fast.
 LIMITS = EdgeSettings(
     header_timeout_seconds=0.3, max_header_bytes=4096, max_connections=16, linger_seconds=0.3
 )
@@ -52,14 +55,10 @@ async def serving(database: Database, limits: EdgeSettings = LIMITS) -> AsyncIte
         metrics=Metrics(),
         settings=ApiSettings(body_timeout_seconds=BODY_SECONDS),
     )
-    server = HttpServer(create_app(services), port=0, limits=limits)
-    url = await server.start()
-    parts = urlsplit(url)
-    assert parts.hostname is not None and parts.port is not None
-    try:
+    async with conftest.served(services, limits) as url:
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
         yield Edge(url, parts.hostname, parts.port)
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
@@ -81,7 +80,7 @@ class Answer:
         return document
 
 
-async def read_answer(reader: asyncio.StreamReader, within: float = 3.0) -> Answer:
+async def read_answer(reader: asyncio.StreamReader, within: float = 10.0) -> Answer:
     async with asyncio.timeout(within):
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
@@ -95,7 +94,7 @@ async def read_answer(reader: asyncio.StreamReader, within: float = 3.0) -> Answ
     return Answer(status, headers, body)
 
 
-async def closed(reader: asyncio.StreamReader, within: float = 3.0) -> bool:
+async def closed(reader: asyncio.StreamReader, within: float = 10.0) -> bool:
     """Whether the server closes the connection within ``within`` seconds."""
     try:
         async with asyncio.timeout(within):
@@ -134,15 +133,12 @@ async def trickle(writer: asyncio.StreamWriter, data: bytes, every: float = 0.05
 
 async def test_a_connection_that_sends_nothing_is_closed(edge: Edge) -> None:
     async with raw(edge) as (reader, _):
-        started = time.monotonic()
         assert await closed(reader)
-        assert 0.25 < time.monotonic() - started < 2.0
 
 
 async def test_headers_trickled_in_get_408_and_a_close(edge: Edge) -> None:
-    async def slowloris() -> float:
+    async def slowloris() -> None:
         async with raw(edge) as (reader, writer):
-            started = time.monotonic()
             writer.write(b"POST /v1/lease HTTP/1.1\r\nHost: tickwork\r\n")
             sending = asyncio.create_task(trickle(writer, b"X-Padding: aaaaaaaaaaaaaaaa\r\n"))
             try:
@@ -152,10 +148,9 @@ async def test_headers_trickled_in_get_408_and_a_close(edge: Edge) -> None:
             assert answer.status == 408
             assert answer.problem()["type"] == "https://tickwork.dev/problems/request-timeout"
             assert await closed(reader)
-            return time.monotonic() - started
 
-    took = await asyncio.gather(*(slowloris() for _ in range(12)))
-    assert all(0.25 < seconds < 2.0 for seconds in took), took
+    # A byte every 50 ms: only a deadline for the whole head ends them, not one per read.
+    await asyncio.gather(*(slowloris() for _ in range(12)))
 
 
 async def test_oversized_headers_get_431(edge: Edge) -> None:
@@ -177,7 +172,6 @@ async def test_oversized_headers_get_431(edge: Edge) -> None:
 
 async def test_a_body_trickled_in_gets_408(edge: Edge) -> None:
     async with raw(edge) as (reader, writer):
-        started = time.monotonic()
         writer.write(
             head("POST", "/v1/lease", f"Authorization: Bearer {WORKER_TOKEN}", "Content-Length: 64")
         )
@@ -189,7 +183,6 @@ async def test_a_body_trickled_in_gets_408(edge: Edge) -> None:
         assert answer.status == 408, answer
         assert answer.problem()["type"] == "https://tickwork.dev/problems/request-timeout"
         assert await closed(reader)  # after a lingering close: the trickle goes nowhere
-        assert time.monotonic() - started < 2.0
 
 
 async def test_chunks_sent_forever_get_408(edge: Edge) -> None:
@@ -224,7 +217,8 @@ async def test_connections_over_the_cap_get_503_at_once(database: Database) -> N
     async with serving(database, limits) as edge, contextlib.AsyncExitStack() as stack:
         held = [await stack.enter_async_context(raw(edge)) for _ in range(4)]
         async with raw(edge) as (reader, _):
-            answer = await read_answer(reader, within=1.0)
+            # Sooner than the header timeout (10 s), after which a 408 would come.
+            answer = await read_answer(reader, within=5.0)
             assert answer.status == 503
             assert answer.problem()["type"] == "https://tickwork.dev/problems/server-busy"
             assert int(answer.headers["retry-after"]) >= 1
@@ -235,9 +229,13 @@ async def test_connections_over_the_cap_get_503_at_once(database: Database) -> N
         assert (await read_answer(reader)).status == 200
         writer.close()
         await writer.wait_closed()
-        await asyncio.sleep(0.05)  # the server sees the close
         async with httpx.AsyncClient(base_url=edge.url) as http:
-            assert (await http.get("/healthz")).status_code == 200
+
+            async def let_in() -> bool:
+                return (await http.get("/healthz")).status_code == 200
+
+            # Refused (503) until the server has seen the close.
+            await eventually(let_in, what="a newcomer served")
 
 
 async def test_keep_alive_and_split_headers_still_work(edge: Edge) -> None:
@@ -263,11 +261,9 @@ async def test_authentication_comes_before_the_body(edge: Edge) -> None:
         response = await http.post("/v1/lease", content=b"{not json", headers=worker)
         assert response.status_code == 400
     async with raw(edge) as (reader, writer):  # a body announced but never sent
-        started = time.monotonic()
         writer.write(head("POST", "/v1/lease", "Content-Length: 100000"))
         answer = await read_answer(reader)
-        assert answer.status == 401
-        assert time.monotonic() - started < BODY_SECONDS  # not waiting for the body
+        assert answer.status == 401  # waiting for the body would have ended in a 408
         assert await closed(reader)  # its body never came: closed after the linger
 
 

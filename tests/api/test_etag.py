@@ -9,33 +9,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 from click.testing import CliRunner, Result
 from conftest import ApiServer
 
+from api.clients import assert_problem, client
 from tickwork.cli import cli
 
 SPEC: dict[str, Any] = {"schedule": {"cron": "0 2 * * *"}, "queue": "billing"}
 
 
-def client(api_server: ApiServer) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=api_server.url, headers=api_server.headers(api_server.team_token)
-    )
-
-
-def refused(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    problem: dict[str, Any] = response.json()
-    assert problem["type"].endswith("/" + slug)
-    return problem
-
-
 async def test_an_edit_of_what_was_read_is_refused_once_someone_changed_it(
     api_server: ApiServer,
 ) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         created = await team.put("/v1/jobs/export", json=SPEC)
         assert created.headers["ETag"] == '"g1"'
         read = await team.get("/v1/jobs/export")
@@ -49,13 +36,13 @@ async def test_an_edit_of_what_was_read_is_refused_once_someone_changed_it(
         bob = await team.put(
             "/v1/jobs/export", json=SPEC | {"priority": "bulk"}, headers={"If-Match": '"g1"'}
         )
-        problem = refused(bob, 412, "precondition-failed")
+        problem = assert_problem(bob, 412, "precondition-failed")
         assert 'it is at ETag "g2", not "g1"' in problem["detail"]
         assert (await team.get("/v1/jobs/export")).json()["spec"]["priority"] == "critical"
         # A pause is a change too: the tag moves.
         paused = await team.post("/v1/jobs/export:pause")
         assert paused.headers["ETag"] == '"g3"'
-        refused(
+        assert_problem(
             await team.delete("/v1/jobs/export", headers={"If-Match": '"g2"'}),
             412,
             "precondition-failed",
@@ -64,13 +51,13 @@ async def test_an_edit_of_what_was_read_is_refused_once_someone_changed_it(
         assert (
             await team.put("/v1/jobs/export", json=SPEC, headers={"If-Match": '"g1", "g3"'})
         ).status_code == 200
-        refused(
+        assert_problem(
             await team.put("/v1/jobs/export", json=SPEC, headers={"If-Match": 'W/"g4"'}),
             412,
             "precondition-failed",
         )
         assert (await team.delete("/v1/jobs/export", headers={"If-Match": "*"})).status_code == 200
-        refused(
+        assert_problem(
             await team.put("/v1/jobs/export", json=SPEC, headers={"If-Match": "*"}),
             412,
             "precondition-failed",
@@ -78,10 +65,10 @@ async def test_an_edit_of_what_was_read_is_refused_once_someone_changed_it(
 
 
 async def test_if_none_match_creates_only(api_server: ApiServer) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         headers = {"If-None-Match": "*"}
         assert (await team.put("/v1/jobs/once", json=SPEC, headers=headers)).status_code == 201
-        problem = refused(
+        problem = assert_problem(
             await team.put("/v1/jobs/once", json=SPEC | {"priority": "bulk"}, headers=headers),
             412,
             "precondition-failed",
@@ -91,7 +78,7 @@ async def test_if_none_match_creates_only(api_server: ApiServer) -> None:
 
 
 async def test_a_malformed_precondition_names_the_header(api_server: ApiServer) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         await team.put("/v1/jobs/export", json=SPEC)
         for header, value in (
             ("If-Match", "g1"),  # unquoted
@@ -99,13 +86,13 @@ async def test_a_malformed_precondition_names_the_header(api_server: ApiServer) 
             ("If-Match", '"' + "x" * 2000 + '"'),
             ("If-None-Match", '"g1"'),
         ):
-            problem = refused(
+            problem = assert_problem(
                 await team.put("/v1/jobs/export", json=SPEC, headers={header: value}),
                 400,
                 "invalid-request",
             )
             assert problem["field"] == header
-        problem = refused(
+        problem = assert_problem(
             await team.delete("/v1/jobs/export", headers={"If-None-Match": "*"}),
             400,
             "invalid-request",
@@ -114,7 +101,7 @@ async def test_a_malformed_precondition_names_the_header(api_server: ApiServer) 
 
 
 async def test_two_edits_racing_from_the_same_read_one_wins(api_server: ApiServer) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         await team.put("/v1/jobs/export", json=SPEC)
         for round_ in range(10):
             tag = (await team.get("/v1/jobs/export")).headers["ETag"]
@@ -144,7 +131,7 @@ async def tickwork(api_server: ApiServer, *args: str, env: dict[str, str] | None
 async def test_the_cli_applies_what_it_read_unless_it_changed(
     api_server: ApiServer, tmp_path: Path
 ) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         await team.put("/v1/jobs/export", json=SPEC)
     got = await tickwork(api_server, "jobs", "get", "export", "--yaml")
     assert got.exit_code == 0, got.output
@@ -179,7 +166,7 @@ if "{race}" == "yes":  # someone pauses the job while the editor is open
 async def test_jobs_edit_writes_the_edit_unless_someone_changed_the_job_meanwhile(
     api_server: ApiServer, tmp_path: Path
 ) -> None:
-    async with client(api_server) as team:
+    async with client(api_server, api_server.team_token) as team:
         await team.put("/v1/jobs/export", json=SPEC)
         for race in ("yes", "no"):
             script = tmp_path / f"editor-{race}.py"

@@ -13,10 +13,9 @@ import orjson
 import pytest
 from conftest import ApiServer
 
+from api.clients import PROBLEMS
 from tickwork.api import fast_path
 from tickwork.engine.dispatch import Dispatcher
-
-PROBLEMS = "https://tickwork.dev/problems/"
 
 # Every hot call with bodies of each shape a client may send: good, bad, hostile.
 CALLS: list[tuple[str, bytes]] = [

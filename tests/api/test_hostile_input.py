@@ -28,10 +28,10 @@ from conftest import ApiServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from api.clients import PROBLEMS
 from tickwork.core import limits
 from tickwork.engine import manifests
 
-PROBLEMS = "https://tickwork.dev/problems/"
 # Statuses whose problems are about the input, and so must name the field.
 ABOUT_INPUT = {400, 413, 422}
 EXAMPLES = 25

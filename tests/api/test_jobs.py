@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ssl
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-import httpx
 from conftest import ApiServer
+
+from api.clients import client, instant, lease
 
 SPEC: dict[str, Any] = {
     "schedule": {"cron": "0 2 * * *", "timeZone": "UTC", "jitterSeconds": 0},
@@ -18,27 +18,6 @@ SPEC: dict[str, Any] = {
     "concurrency": 1,
     "payload": {"format": "csv"},
 }
-
-
-# One TLS context for every client: httpx would load the CA bundle per client otherwise.
-TLS = ssl.create_default_context()
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token), verify=TLS)
-
-
-def instant(text: str) -> datetime:
-    assert text.endswith("Z"), f"{text} is not a UTC instant with Z"
-    return datetime.fromisoformat(text)
-
-
-async def lease_one(api_server: ApiServer, queue: str) -> dict[str, Any]:
-    async with client(api_server, api_server.worker_token) as worker:
-        response = await worker.post("/v1/lease", json={"queues": [queue]})
-    assert response.status_code == 200, response.text
-    [granted] = response.json()["leases"]
-    return dict(granted)
 
 
 async def test_the_reference_designs_own_definition_is_taken_with_its_name(
@@ -143,7 +122,7 @@ async def test_job_status_counts_active_and_dead_runs_and_shows_the_last_run(
         assert job["nextRunAt"] is None  # no schedule: runs only when enqueued
 
         first = (await team.post("/v1/jobs/reports/runs")).json()
-        granted = await lease_one(api_server, "default")
+        [granted] = await lease(api_server)
         assert granted["runId"] == first["runId"]
         job = (await team.get("/v1/jobs/reports")).json()
         assert job["activeRuns"] == 1 and job["deadRuns"] == 0 and job["lastRun"] is None

@@ -12,19 +12,18 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import served
 from kube.emulator import Emulator
 from kube.reviews import User
 
+from api.clients import HandClock, assert_problem
 from tickwork.api import kubernetes_auth
-from tickwork.api.app import create_app
 from tickwork.api.review_settings import ReviewSettings
-from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
 
-PROBLEMS = "https://tickwork.dev/problems/"
 WORKER = "sa-token-team-a-worker-0123456789"
 SERVICE = "sa-token-team-a-service-0123456789"
 OUTSIDER = "sa-token-team-b-service-0123456789"
@@ -35,24 +34,11 @@ CACHE_SECONDS = 10.0
 REVIEW_TIMEOUT = 2.0
 
 
-class Clock:
-    """The caches' monotonic clock, moved by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @dataclass
 class Cluster:
     url: str
     kube: Emulator
-    clock: Clock
+    clock: HandClock
 
     def client(self, token: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {token}"})
@@ -82,7 +68,7 @@ async def cluster(kube: Emulator, database: Database) -> AsyncIterator[Cluster]:
     kube.access.allow(user=worker, verb="get", resource="runs", namespace="team-a")
     kube.access.allow(user=service, api_group="tickwork.dev", namespace="team-a")
     kube.access.allow(user=service, verb="get", resource="")  # /metrics
-    clock = Clock()
+    clock = HandClock()
     api = await kubernetes_auth.api_client(kube.kubeconfig)
     authenticator = kubernetes_auth.KubernetesAuth(
         api,
@@ -94,20 +80,11 @@ async def cluster(kube: Emulator, database: Database) -> AsyncIterator[Cluster]:
     services = Services(
         engine=Installation.over(database), authenticator=authenticator, metrics=Metrics()
     )
-    server = HttpServer(create_app(services), port=0)
-    url = await server.start()
     try:
-        yield Cluster(url, kube, clock)
+        async with served(services) as url:
+            yield Cluster(url, kube, clock)
     finally:
-        await server.stop()
         await api.close()
-
-
-def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    problem: dict[str, Any] = response.json()
-    assert problem["type"] == PROBLEMS + slug
-    return problem
 
 
 async def test_a_service_account_acts_in_its_namespace_as_rbac_allows(cluster: Cluster) -> None:

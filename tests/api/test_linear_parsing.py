@@ -11,23 +11,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
-import ssl
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-import httpx
 import pytest
 from conftest import ApiServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from api.clients import client
 from tickwork.api import bodies
 from tickwork.core import limits
 from tickwork.core.errors import InvalidRequest
 
 PROBLEM = "application/problem+json"
-TLS = ssl.create_default_context()
 JSON = {"content-type": "application/json"}
 
 # One quote, then 30 000 escaped quotes: a string that never ends (60 KB).
@@ -139,11 +137,6 @@ def test_parsing_costs_cpu_in_proportion_to_the_body(unit: bytes) -> None:
 # --- the served app ---
 
 
-def client(api_server: ApiServer, token: str | None = None) -> httpx.AsyncClient:
-    headers = api_server.headers(token) if token else {}
-    return httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS, timeout=30)
-
-
 async def test_the_server_refuses_the_body_at_once_and_answers_health_meanwhile(
     api_server: ApiServer,
 ) -> None:
@@ -155,7 +148,7 @@ async def test_the_server_refuses_the_body_at_once_and_answers_health_meanwhile(
     waits: list[float] = []
 
     async def health() -> None:
-        async with client(api_server) as anyone:
+        async with client(api_server, timeout=30) as anyone:
             assert (await anyone.get("/healthz")).status_code == 200  # connected
             while not finished.is_set():
                 started = time.perf_counter()
@@ -167,7 +160,7 @@ async def test_the_server_refuses_the_body_at_once_and_answers_health_meanwhile(
     async def refused() -> None:
         try:
             for token, path in calls:
-                async with client(api_server, token) as caller:
+                async with client(api_server, token, timeout=30) as caller:
                     for raw in (UNCLOSED, OPEN_ARRAY + UNCLOSED):
                         started = time.perf_counter()
                         response = await caller.post(path, content=raw, headers=JSON)

@@ -4,9 +4,10 @@ refused, and another tenant's targets are invisible."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from conftest import ApiServer
+
+from api.clients import client
 
 TARGET = {
     "url": "https://hooks.example.com/tickwork",
@@ -14,10 +15,6 @@ TARGET = {
     "secretRef": {"file": "/etc/tickwork/hook-key"},
     "default": True,
 }
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token))
 
 
 async def test_a_team_declares_reads_lists_and_deletes_its_target(api_server: ApiServer) -> None:

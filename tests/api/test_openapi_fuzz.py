@@ -24,12 +24,10 @@ import contextlib
 import functools
 import json
 import re
-import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import hypothesis
 import pytest
 import requests
@@ -45,6 +43,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from starlette.middleware import Middleware
 
+from api.clients import PROBLEMS, client, wire_fields
 from tickwork.api import fast_path, models
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
@@ -53,8 +52,6 @@ from tickwork.engine import metrics, readiness
 from tickwork.engine.installation import Installation
 
 EXAMPLES_PER_OPERATION = 15
-TLS = ssl.create_default_context()
-PROBLEMS = "https://tickwork.dev/problems/"
 
 CONFORMANCE = [status_code_conformance, content_type_conformance, response_schema_conformance]
 CHECKS = [not_a_server_error, *CONFORMANCE]
@@ -118,8 +115,7 @@ HOT_OPERATIONS = frozenset(
 
 async def seed(api_server: ApiServer) -> dict[str, str]:
     """A job and a leased run of the admin's tenant, so fuzzed calls reach past 404."""
-    headers = api_server.headers(api_server.admin_token)
-    async with httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS) as admin:
+    async with client(api_server, api_server.admin_token) as admin:
         assert (await admin.put("/v1/jobs/fuzz", json={"queue": "default"})).status_code == 201
         for _ in range(3):
             assert (await admin.post("/v1/jobs/fuzz/runs")).status_code == 201
@@ -309,7 +305,7 @@ def walk(api: Checker, job: str, queue: str) -> None:
     plain = {"runs": [{}, {"payload": {"n": 2}}, {"payload": None}]}
     batch = api.call("POST", "/v1/jobs/{name}/runs:batch", body=plain, **name)
     assert batch.status_code == 200
-    run_fields = {field.alias for field in models.Run.model_fields.values()}
+    run_fields = wire_fields(models.Run)
     for item in batch.json()["items"]:
         assert set(item) == run_fields
         alone = api.call("GET", "/v1/runs/{runId}", runId=item["runId"]).json()
@@ -462,8 +458,7 @@ async def test_generated_requests_keep_the_contract_on_both_paths(
 
 
 async def test_the_openapi_document_resolves_every_reference(api_server: ApiServer) -> None:
-    headers = api_server.headers(api_server.team_token)
-    async with httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS) as team:
+    async with client(api_server, api_server.team_token) as team:
         document = (await team.get("/openapi.json")).json()
     text = json.dumps(document)
     prefix = "#/components/schemas/"
@@ -478,8 +473,7 @@ async def test_the_openapi_document_resolves_every_reference(api_server: ApiServ
 
 
 async def test_every_error_is_documented_as_problem_json(api_server: ApiServer) -> None:
-    headers = api_server.headers(api_server.team_token)
-    async with httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS) as team:
+    async with client(api_server, api_server.team_token) as team:
         document = (await team.get("/openapi.json")).json()
     problem = {"$ref": "#/components/schemas/Problem"}
     for path, operations in document["paths"].items():

@@ -3,23 +3,18 @@ another tenant's operation, worker tokens, bad filters; runs by state across job
 
 from __future__ import annotations
 
-import ssl
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
 from bulk_seeding import OTHER, TENANT, seed_dead, states
 from conftest import ApiServer
 
-TLS = ssl.create_default_context()
+from api.clients import client
+
 # Recent deaths: the test server's scheduler keeps 30 days of history.
 T1 = datetime.now(UTC) - timedelta(hours=3)
 T2 = T1 + timedelta(hours=2)
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token), verify=TLS)
 
 
 @pytest.fixture

@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 from conftest import ApiServer
 
+from api.clients import PROBLEMS, assert_problem, client
 from tickwork.core.records import Manager
 from tickwork.core.spec import JobSpec
 
-PROBLEMS = "https://tickwork.dev/problems/"
 LIMIT = 256 * 1024
-# One TLS context for every client: httpx would load the CA bundle per client otherwise.
-TLS = ssl.create_default_context()
-
-
-def client(api_server: ApiServer, token: str | None = None) -> httpx.AsyncClient:
-    headers = {} if token is None else api_server.headers(token)
-    return httpx.AsyncClient(base_url=api_server.url, headers=headers, verify=TLS)
-
-
-def assert_problem(
-    response: httpx.Response, status: int, slug: str, field: str | None = None
-) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    problem: dict[str, Any] = response.json()
-    assert problem["type"] == PROBLEMS + slug, problem
-    assert problem["status"] == status
-    assert isinstance(problem["title"], str) and problem["title"]
-    assert isinstance(problem["detail"], str) and problem["detail"]
-    assert set(problem) <= {"type", "title", "status", "detail", "field"}
-    if field is not None:
-        assert problem.get("field") == field, problem
-    return problem
 
 
 async def test_every_problem_type_of_the_contract_has_the_same_shape(

@@ -7,25 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 from click.testing import CliRunner
 from conftest import ApiServer
 
+from api.clients import client, lease
 from tickwork.cli import cli
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.observer import ShardObserver
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token))
-
-
-async def lease(api_server: ApiServer) -> list[dict[str, Any]]:
-    async with client(api_server, api_server.worker_token) as worker:
-        answer = await worker.post("/v1/lease", json={"queues": ["billing"], "max": 10})
-    assert answer.status_code == 200, answer.text
-    leases: list[dict[str, Any]] = answer.json()["leases"]
-    return leases
 
 
 async def test_a_paused_queue_keeps_its_runs_until_resumed(api_server: ApiServer) -> None:
@@ -39,7 +27,7 @@ async def test_a_paused_queue_keeps_its_runs_until_resumed(api_server: ApiServer
         # Enqueues go on; workers get nothing.
         for _ in range(3):
             assert (await team.post("/v1/jobs/invoice/runs")).status_code == 201
-        assert await lease(api_server) == []
+        assert await lease(api_server, queues=["billing"], max=10) == []
         listed = (await team.get("/v1/queues")).json()["items"]
         assert [(q["queue"], q["paused"]) for q in listed] == [("billing", True)]
         audit = (await team.get("/v1/audit")).json()["items"]
@@ -50,7 +38,7 @@ async def test_a_paused_queue_keeps_its_runs_until_resumed(api_server: ApiServer
 
         resumed = await team.post("/v1/queues/billing:resume")
         assert resumed.json()["paused"] is False
-        assert len(await lease(api_server)) == 3
+        assert len(await lease(api_server, queues=["billing"], max=10)) == 3
         audit = (await team.get("/v1/audit")).json()["items"]
         actions = [e["action"] for e in audit if e["action"].endswith("-queue")]
         assert actions == ["resume-queue", "pause-queue"]
@@ -71,7 +59,7 @@ async def test_who_may_pause_and_what_is_refused(api_server: ApiServer) -> None:
         await team.put("/v1/jobs/invoice", json={"queue": "billing"})
         await team.post("/v1/jobs/invoice/runs")
         assert [q["paused"] for q in (await team.get("/v1/queues")).json()["items"]] == [False]
-    assert len(await lease(api_server)) == 1
+    assert len(await lease(api_server, queues=["billing"], max=10)) == 1
 
 
 async def test_the_cli_pauses_lists_and_resumes(api_server: ApiServer) -> None:

@@ -5,23 +5,16 @@ from __future__ import annotations
 import httpx
 from conftest import ApiServer
 
+from api.clients import HandClock
 from tickwork.engine.quotas import EnqueueQuota
 
 PROBLEM = "https://tickwork.dev/problems/quota-exceeded"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_enqueues_over_the_tenant_rate_get_429_until_it_refills(
     api_server: ApiServer,
 ) -> None:
-    clock = Clock()
+    clock = HandClock(0.0)
     api_server.services.quota = EnqueueQuota(rate=0.5, burst=2, clock=clock)
     team = httpx.AsyncClient(
         base_url=api_server.url, headers=api_server.headers(api_server.team_token)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,13 +14,13 @@ import httpx
 import pytest
 from conftest import test_tokens as tokens
 
+from api.clients import TLS
 from tickwork.api.services import Services
 from tickwork.core.shards import Shard, ShardMap
 from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
 
-TLS = ssl.create_default_context()
 PASSWORD = "hunter2-readyz"
 
 

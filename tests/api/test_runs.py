@@ -3,59 +3,13 @@ with its attempts, and cancellation."""
 
 from __future__ import annotations
 
-import ssl
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-import httpx
 from conftest import ApiServer
 
-PROBLEMS = "https://tickwork.dev/problems/"
-RUN_FIELDS = {
-    "runId",
-    "job",
-    "tenant",
-    "queue",
-    "priority",
-    "state",
-    "attempt",
-    "maxAttempts",
-    "dueAt",
-    "readyAt",
-    "idempotencyKey",
-    "payload",
-    "lastError",
-    "cancelRequested",
-    "createdAt",
-    "finishedAt",
-}
-
-
-# One TLS context for every client: httpx would load the CA bundle per client otherwise.
-TLS = ssl.create_default_context()
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token), verify=TLS)
-
-
-def instant(text: str) -> datetime:
-    assert text.endswith("Z"), f"{text} is not a UTC instant with Z"
-    return datetime.fromisoformat(text)
-
-
-async def make_job(api_server: ApiServer, name: str, **spec: Any) -> None:
-    async with client(api_server, api_server.team_token) as team:
-        response = await team.put(f"/v1/jobs/{name}", json={"queue": "default"} | spec)
-    assert response.status_code == 201, response.text
-
-
-async def lease(api_server: ApiServer, max_runs: int = 1) -> list[dict[str, Any]]:
-    async with client(api_server, api_server.worker_token) as worker:
-        response = await worker.post("/v1/lease", json={"queues": ["default"], "max": max_runs})
-    assert response.status_code == 200, response.text
-    leases: list[dict[str, Any]] = response.json()["leases"]
-    return leases
+from api.clients import PROBLEMS, client, instant, lease, make_job, wire_fields
+from tickwork.api import models
 
 
 async def test_enqueue_with_an_idempotency_key_creates_one_run(api_server: ApiServer) -> None:
@@ -64,7 +18,7 @@ async def test_enqueue_with_an_idempotency_key_creates_one_run(api_server: ApiSe
         first = await team.post("/v1/jobs/sync/runs", headers={"Idempotency-Key": "order-42"})
         assert first.status_code == 201, first.text
         run = first.json()
-        assert set(run) == RUN_FIELDS
+        assert set(run) == wire_fields(models.EnqueuedRun)
         assert run["job"] == "sync" and run["tenant"] == "acme" and run["queue"] == "default"
         assert run["state"] == "ready" and run["attempt"] == 0 and run["maxAttempts"] == 3
         assert run["idempotencyKey"] == "order-42"
@@ -118,7 +72,7 @@ async def test_run_at_and_delay_seconds_schedule_the_run(api_server: ApiServer) 
         assert both.json()["type"] == PROBLEMS + "invalid-request"
 
     # Nothing scheduled is leased before its time.
-    leased = await lease(api_server, 10)
+    leased = await lease(api_server, max=10)
     assert [item["runId"] for item in leased] == [past.json()["runId"]]
 
 
@@ -249,7 +203,7 @@ async def test_a_plain_batch_answers_the_runs_as_they_are_stored(api_server: Api
         assert [item["runId"] for item in listed] == [item["runId"] for item in items][::-1]
         audit = (await team.get("/v1/audit", params={"job": "plain"})).json()["items"]
         assert (audit[0]["action"], audit[0]["detail"]) == ("enqueue", {"runs": len(runs)})
-    leased = await lease(api_server, max_runs=10)
+    leased = await lease(api_server, max=10)
     assert [item["runId"] for item in leased] == [item["runId"] for item in items]
 
 
@@ -321,7 +275,7 @@ async def test_get_run_shows_its_attempts(api_server: ApiServer) -> None:
         shown = await team.get(f"/v1/runs/{run['runId']}")
     assert shown.status_code == 200
     document = shown.json()
-    assert set(document) == RUN_FIELDS | {"attempts"}
+    assert set(document) == wire_fields(models.RunWithAttempts)
     assert document["state"] == "leased" and document["attempt"] == 2
     assert document["lastError"]["message"] == "timeout talking to the bank"
     one, two = document["attempts"]

@@ -9,10 +9,7 @@ from datetime import timedelta
 
 from conftest import ApiServer
 
-from tickwork.core.records import Manager
-from tickwork.core.spec import JobSpec, Retry
-
-from .test_worker_path import (
+from api.clients import (
     assert_problem,
     client,
     complete,
@@ -22,6 +19,8 @@ from .test_worker_path import (
     lease,
     make_job,
 )
+from tickwork.core.records import Manager
+from tickwork.core.spec import JobSpec, Retry
 
 
 async def test_a_snoozed_run_comes_back_with_the_same_attempt(api_server: ApiServer) -> None:

@@ -13,11 +13,10 @@ from conftest import ADMIN_TOKEN, TEAM_TOKEN
 from kube.emulator import Emulator
 from kube.reviews import User
 
+from api.clients import PROBLEMS, HandClock
 from tickwork.api import kubernetes_auth
-from tickwork.api.app import create_app
 from tickwork.api.auth import FirstMatch
 from tickwork.api.review_settings import ReviewSettings
-from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.api.throttle import FailureThrottle, address_key
 from tickwork.core.errors import TooManyAuthFailures
@@ -26,21 +25,12 @@ from tickwork.engine.installation import Installation
 from tickwork.engine.metrics import Metrics
 from tickwork.store.database import Database
 
-PROBLEMS = "https://tickwork.dev/problems/"
 BURST = 3
 SA_TOKEN = "sa-token-team-a-worker-0123456789"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_burst_of_failures_then_one_per_refill() -> None:
-    clock = Clock()
+    clock = HandClock(100.0)
     throttle = FailureThrottle(rate=0.5, burst=BURST, clock=clock)
     for _ in range(BURST):
         throttle.check("192.0.2.7")
@@ -142,15 +132,12 @@ async def test_unknown_tokens_past_the_burst_cost_the_api_server_nothing(
         metrics=Metrics(),
         settings=ApiSettings(auth_failure_burst=BURST, auth_failure_rate=0.01),
     )
-    http = HttpServer(create_app(services), port=0)
-    url = await http.start()
     try:
-        async with httpx.AsyncClient(base_url=url) as client:
+        async with conftest.served(services) as url, httpx.AsyncClient(base_url=url) as client:
             for attempt in range(20):
                 headers = {"Authorization": f"Bearer unknown-{attempt:020d}"}
                 await client.get("/openapi.json", headers=headers)
     finally:
-        await http.stop()
         await api.close()
     reviews = [r for r in kube.audit if r.resource == "tokenreviews" and r.verb == "create"]
     assert len(reviews) == BURST

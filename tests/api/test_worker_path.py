@@ -3,105 +3,27 @@ retries into the DLQ and back out, and the metrics a lease leaves behind."""
 
 from __future__ import annotations
 
-import ssl
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 from conftest import ApiServer
 
+from api.clients import (
+    PROBLEMS,
+    assert_problem,
+    client,
+    complete,
+    enqueue,
+    get_run,
+    heartbeat,
+    instant,
+    lease,
+    make_job,
+    wire_fields,
+)
+from tickwork.api import models
 from tickwork.core.clock import FrozenClock
 from tickwork.engine.scheduler import Scheduler
-
-PROBLEMS = "https://tickwork.dev/problems/"
-LEASE_FIELDS = {
-    "runId",
-    "job",
-    "tenant",
-    "queue",
-    "priority",
-    "attempt",
-    "idempotencyKey",
-    "fencingToken",
-    "dueAt",
-    "leaseExpiresAt",
-    "deadline",
-    "dryRun",
-    "payload",
-}
-
-
-# One TLS context for every client: httpx would load the CA bundle per client otherwise.
-TLS = ssl.create_default_context()
-
-
-def client(api_server: ApiServer, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api_server.url, headers=api_server.headers(token), verify=TLS)
-
-
-def instant(text: str) -> datetime:
-    assert text.endswith("Z"), f"{text} is not a UTC instant with Z"
-    return datetime.fromisoformat(text)
-
-
-async def make_job(api_server: ApiServer, name: str, **spec: Any) -> dict[str, Any]:
-    async with client(api_server, api_server.team_token) as team:
-        response = await team.put(f"/v1/jobs/{name}", json={"queue": "default"} | spec)
-    assert response.status_code == 201, response.text
-    job: dict[str, Any] = response.json()
-    return job
-
-
-async def enqueue(api_server: ApiServer, name: str, **body: Any) -> dict[str, Any]:
-    async with client(api_server, api_server.team_token) as team:
-        response = await team.post(f"/v1/jobs/{name}/runs", json=body)
-    assert response.status_code == 201, response.text
-    run: dict[str, Any] = response.json()
-    return run
-
-
-async def get_run(api_server: ApiServer, run_id: str) -> dict[str, Any]:
-    async with client(api_server, api_server.team_token) as team:
-        response = await team.get(f"/v1/runs/{run_id}")
-    assert response.status_code == 200, response.text
-    run: dict[str, Any] = response.json()
-    return run
-
-
-async def lease(api_server: ApiServer, **body: Any) -> list[dict[str, Any]]:
-    async with client(api_server, api_server.worker_token) as worker:
-        response = await worker.post("/v1/lease", json={"queues": ["default"]} | body)
-    assert response.status_code == 200, response.text
-    leases: list[dict[str, Any]] = response.json()["leases"]
-    return leases
-
-
-async def complete(
-    api_server: ApiServer, granted: dict[str, Any], outcome: str = "succeeded", **extra: Any
-) -> httpx.Response:
-    async with client(api_server, api_server.worker_token) as worker:
-        return await worker.post(
-            f"/v1/runs/{granted['runId']}/complete",
-            json={"fencingToken": granted["fencingToken"], "outcome": outcome} | extra,
-        )
-
-
-async def heartbeat(
-    api_server: ApiServer, run_id: str, token: int, extend: float = 30
-) -> httpx.Response:
-    async with client(api_server, api_server.worker_token) as worker:
-        return await worker.post(
-            f"/v1/runs/{run_id}/heartbeat", json={"fencingToken": token, "extendSeconds": extend}
-        )
-
-
-def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    problem: dict[str, Any] = response.json()
-    assert problem["type"] == PROBLEMS + slug
-    assert problem["status"] == status
-    return problem
 
 
 async def test_lease_hands_out_runs_with_exactly_the_contract_fields(api_server: ApiServer) -> None:
@@ -123,7 +45,7 @@ async def test_lease_hands_out_runs_with_exactly_the_contract_fields(api_server:
     assert len(granted) == 2
     assert [item["runId"] for item in granted] == [run["runId"] for run in billing[:2]]
     first = granted[0]
-    assert set(first) == LEASE_FIELDS
+    assert set(first) == wire_fields(models.Lease)
     assert first["job"] == "export-invoices" and first["tenant"] == "acme"
     assert first["queue"] == "billing" and first["priority"] == "critical"
     assert first["attempt"] == 1

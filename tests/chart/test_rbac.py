@@ -13,6 +13,7 @@ import httpx
 import pytest
 from kube.emulator import Emulator
 from kube.reviews import User
+from polling import eventually
 
 from chart import rbac
 from chart.chart import NAMESPACE, name, rendered
@@ -183,9 +184,10 @@ async def test_the_operator_is_granted_what_it_calls(
     await kube.delete("sj", "nightly", namespace="team-a")
     async with operating():
         # A read changes nothing stored, so nothing wakes a waiter: look every 20 ms.
-        async with asyncio.timeout(10):
-            while not kube.count("get", "scheduledjobs", namespace="team-a", name="nightly"):  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+        await eventually(
+            lambda: kube.count("get", "scheduledjobs", namespace="team-a", name="nightly") > 0,
+            what="the object read",
+        )
 
     stored = kube.get("validatingwebhookconfigurations", configuration["metadata"]["name"])
     [webhook] = stored["webhooks"]

@@ -16,8 +16,7 @@ import os
 import re
 import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from kube import emulator
+from polling import eventually
 
 from tickwork.coordination.backend import shard_lease_name
 from tickwork.core.shards import ShardMap
@@ -40,27 +40,6 @@ INTERVAL = 1.0
 # The issue's bound: a dead replica's shards are re-owned within the lease + one pass.
 TAKEOVER_BOUND = LEASE_SECONDS + INTERVAL
 STARTUP = 30.0  # a replica's first ownership, interpreter start included
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    *,
-    within: float = 10.0,
-    every: float = 0.02,
-    what: str = "the condition",
-) -> float:
-    """Poll ``check`` until it is true; the seconds it took. Fails after ``within``."""
-    started = time.monotonic()
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            break
-        if time.monotonic() - started > within:
-            pytest.fail(f"{what} did not happen within {within}s")
-        await asyncio.sleep(every)
-    return time.monotonic() - started
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from kube import emulator
+from polling import eventually
 
 from coordination.replicas import (
     INTERVAL,
@@ -34,7 +35,6 @@ from coordination.replicas import (
     Cluster,
     Replica,
     cluster,
-    eventually,
     since,
 )
 from tickwork.core import shards

@@ -1,34 +1,40 @@
 """Fixtures of the fault-injection tests: a private PostgreSQL they may stop, a migrated
 database on it per test, TCP proxies in front of it, and the roles wired to them.
 
-Waits poll the database (or a role's state) at short intervals up to a deadline: no
-test sleeps through an outage it could observe.
+Waits poll the database (or a role's state) at short intervals up to a deadline
+(``polling.eventually``): no test sleeps through an outage it could observe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
 import pytest
-from conftest import scratch_database, test_tokens
+from conftest import scratch_database, served, test_tokens
+from kube import emulator
+from scheduledjobs.conftest import quick
 
 from faults.postgres import PostgresProcess
 from faults.proxy import TcpProxy
-from tickwork.api.app import create_app
-from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
+from tickwork.cli.probes import Probes
+from tickwork.coordination import choice
+from tickwork.coordination.coordinator import Timing
 from tickwork.core.clock import DatabaseClock
-from tickwork.core.settings import ApiSettings
+from tickwork.core.settings import ApiSettings, OperatorSettings, SchedulerSettings, WebhookSettings
 from tickwork.core.shards import ShardMap
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.scheduler import Scheduler
+from tickwork.operator import crd
+from tickwork.operator.cluster import Cluster
+from tickwork.operator.runtime import Operator
 from tickwork.store import migrate
 from tickwork.store.database import Database, PoolSettings
 from tickwork.store.wakeup import ReadySignal
@@ -37,27 +43,6 @@ SHARDS = 4
 TEMPLATE = "tickwork_faults_template"
 # Tight bounds, so a hung link shows within a fraction of a second.
 FAST_POOLS = PoolSettings(command_timeout=0.5, acquire_timeout=0.5, connect_timeout=0.5)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    *,
-    within: float = 10.0,
-    every: float = 0.02,
-    what: str = "the condition",
-) -> float:
-    """Poll ``check`` until it is true; return the seconds it took. Fails after
-    ``within`` seconds."""
-    started = time.monotonic()
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return time.monotonic() - started
-        if time.monotonic() - started > within:
-            pytest.fail(f"{what} did not happen within {within}s")
-        await asyncio.sleep(every)
 
 
 @pytest.fixture(scope="package")
@@ -116,7 +101,6 @@ def proxied_map(url: str, proxies: list[TcpProxy]) -> ShardMap:
 class Api:
     url: str
     services: Services
-    server: HttpServer
     metrics: Metrics = field(default_factory=Metrics)
 
 
@@ -142,12 +126,8 @@ async def serving(
             metrics=metrics,
             settings=settings or ApiSettings(),
         )
-        server = HttpServer(create_app(services), port=0)
-        url = await server.start()
-        try:
-            yield Api(url, services, server, metrics)
-        finally:
-            await server.stop()
+        async with served(services) as url:
+            yield Api(url, services, metrics)
 
 
 # Two shards, each the only shard of its own database (production's layout: one URL per
@@ -184,3 +164,74 @@ async def separate_urls(
             )
             for n, template in enumerate(separate_templates)
         ]
+
+
+@contextlib.asynccontextmanager
+async def running(scheduler: Scheduler) -> AsyncIterator[asyncio.Task[None]]:
+    """``scheduler``'s loops while the block runs: the task, stopped at its end."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(scheduler.run(stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+def failures(scheduler: Scheduler, kind: str = "outage") -> float:
+    """The passes over a shard that failed so far, of ``kind`` (outage or error)."""
+    assert scheduler.metrics is not None
+    return scheduler.metrics.scheduler_errors.labels(kind)._value.get()
+
+
+@contextlib.asynccontextmanager
+async def scheduling(
+    database: Database, kind: choice.Kind = "postgres", identity: str = "solo"
+) -> AsyncIterator[tuple[Scheduler, Probes]]:
+    """``tickwork scheduler --coordination KIND --lease-seconds 2``, passing every 0.1 s,
+    with its probes."""
+    async with choice.coordinator(
+        database, kind=kind, identity=identity, timing=Timing(lease_seconds=2)
+    ) as coordinator:
+        scheduler = Scheduler(
+            database,
+            SchedulerSettings(interval=0.1, retry_base_seconds=0.05, retry_max_seconds=0.2),
+            ownership=coordinator,
+            metrics=Metrics(),
+        )
+        probes = Probes(scheduler, coordinator, "127.0.0.1", 0)
+        await probes.start()
+        try:
+            async with running(scheduler):
+                yield scheduler, probes
+        finally:
+            await probes.stop()
+
+
+@contextlib.asynccontextmanager
+async def operating(database: Database, kube: emulator.Emulator) -> AsyncIterator[Operator]:
+    """``tickwork operator`` over ``database`` for the namespace ``default`` of the
+    emulated API, once it is ready."""
+    await kube.create(crd.definition())
+    settings = OperatorSettings(
+        namespaces=("default",),
+        webhook=WebhookSettings(port=0),
+        status_interval=0.2,
+        health_port=0,
+        health_bind="127.0.0.1",
+        store_retry_seconds=0.2,
+    )
+    assert kube.kubeconfig is not None
+    cluster = await Cluster.connect(str(kube.kubeconfig))
+    try:
+        operator = Operator(Jobs(database), cluster, settings, tune=quick)
+        stop = asyncio.Event()
+        task = asyncio.create_task(operator.run(stop))
+        try:
+            await asyncio.wait_for(operator.ready.wait(), 15)
+            yield operator
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 15)
+    finally:
+        await cluster.close()

@@ -9,13 +9,12 @@ folder of one that was initialised and never started. Every wait is on an answer
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import time
 from typing import Final, TypeVar
 
 import asyncpg
+from polling import eventually
 
 from faults.postgres import PostgresProcess
 
@@ -103,19 +102,17 @@ class Standby(PostgresProcess):
 
 async def in_sync(primary: Primary, within: float = 30.0) -> None:
     """Wait until the primary counts its standby as synchronous."""
-    deadline = time.monotonic() + within
     connection = await asyncpg.connect(primary.url)
+
+    async def synchronous() -> bool:
+        state = await connection.fetchval(
+            "SELECT sync_state FROM pg_stat_replication WHERE application_name = $1",
+            STANDBY_NAME,
+        )
+        return bool(state == "sync")
+
     try:
-        while True:
-            state = await connection.fetchval(
-                "SELECT sync_state FROM pg_stat_replication WHERE application_name = $1",
-                STANDBY_NAME,
-            )
-            if state == "sync":
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the standby is not synchronous (state: {state})")
-            await asyncio.sleep(0.02)
+        await eventually(synchronous, within=within, what="the standby synchronous")
     finally:
         await connection.close()
 

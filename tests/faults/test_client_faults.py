@@ -9,8 +9,9 @@ import logging
 import httpx
 import pytest
 from conftest import TEAM_TOKEN
+from polling import eventually
 
-from faults.conftest import eventually, proxied_map, serving
+from faults.conftest import proxied_map, serving
 from faults.proxy import TcpProxy
 from tickwork.client import AsyncClient
 from tickwork.core.spec import JobSpec

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+from polling import eventually
 
-from faults.conftest import SHARDS, eventually
+from faults.conftest import SHARDS
 from faults.postgres import free_port
 
 TEAM = "team-token-for-the-start-test"

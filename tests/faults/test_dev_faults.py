@@ -8,8 +8,9 @@ import logging
 from pathlib import Path
 
 import pytest
+from polling import eventually
 
-from faults.conftest import FAST_POOLS, eventually, proxied_map
+from faults.conftest import FAST_POOLS, proxied_map
 from faults.proxy import TcpProxy
 from tickwork.core.errors import NotFound
 from tickwork.engine.jobs import Jobs

@@ -1,5 +1,5 @@
-"""Failure isolation: with one shard's database hanging, the scheduler keeps every
-other shard at full speed, and ``/readyz`` names the hung shard; once it answers again
+"""Failure isolation: with one shard's database hanging, the scheduler keeps passing
+over every other shard on its own loop, and ``/readyz`` names the hung shard; once it answers again
 the shard is owned and scheduled again. Workers are served from the other shards
 meanwhile.
 
@@ -9,60 +9,48 @@ lease stays held; the shard's passes fail)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections.abc import AsyncIterator
+import logging
+from collections import Counter
 from typing import Any
 
 import httpx
 import pytest
+from api.clients import HandClock
 from conftest import WORKER_TOKEN
 from kube import emulator
+from polling import eventually
 
-from faults.conftest import SHARDS, eventually, proxied_map, serving
+from faults.conftest import SHARDS, Api, failures, proxied_map, scheduling, serving
 from faults.proxy import TcpProxy
 from tickwork.cli.probes import Probes
 from tickwork.coordination import choice
-from tickwork.coordination.coordinator import Timing
 from tickwork.core.records import State
-from tickwork.core.settings import SchedulerSettings
 from tickwork.core.shards import ShardMap
 from tickwork.core.spec import JobSpec
 from tickwork.engine.jobs import EnqueueRequest, Jobs
-from tickwork.engine.metrics import Metrics
-from tickwork.engine.scheduler import Scheduler
+from tickwork.engine.shard_health import ShardHealth
 from tickwork.store.database import Database, PoolSettings
 
 HUNG = 1
 # A hung statement is given up after 3 s: far longer than a healthy shard's pass, so a
-# loop shared between shards would show as healthy shards' runs made ready late.
+# loop shared between shards would show as few passes over the healthy shards.
 SLOW_POOLS = PoolSettings(command_timeout=3, acquire_timeout=3, connect_timeout=3)
 
 
-@contextlib.asynccontextmanager
-async def scheduling(
-    database: Database, kind: choice.Kind
-) -> AsyncIterator[tuple[Scheduler, Probes]]:
-    async with choice.coordinator(
-        database, kind=kind, identity="solo", timing=Timing(lease_seconds=2)
-    ) as coordinator:
-        scheduler = Scheduler(
-            database,
-            SchedulerSettings(interval=0.1, retry_base_seconds=0.05, retry_max_seconds=0.2),
-            ownership=coordinator,
-            metrics=Metrics(),
-        )
-        probes = Probes(scheduler, coordinator, "127.0.0.1", 0)
-        await probes.start()
-        stop = asyncio.Event()
-        task = asyncio.create_task(scheduler.run(stop))
-        try:
-            yield scheduler, probes
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 10)
-            await probes.stop()
+async def a_job_per_shard(jobs: Jobs, runs: int = 0) -> dict[int, str]:
+    """A job of acme's on every shard, with ``runs`` ready runs each: the names by shard."""
+    names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
+    assert len(names) == SHARDS
+    for name in names.values():
+        await jobs.put("acme", name, JobSpec(), "test")
+        for _ in range(runs):
+            await jobs.enqueue("acme", name, EnqueueRequest(), "test")
+    return names
+
+
+def worker_of(api: Api) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+    return httpx.AsyncClient(base_url=api.url, headers=headers, timeout=10)
 
 
 async def ready(probes: Probes) -> dict[str, Any]:
@@ -73,7 +61,7 @@ async def ready(probes: Probes) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("kind", ["postgres", "kubernetes"])
-async def test_a_hung_shard_is_named_by_readyz_and_the_others_keep_their_pace(
+async def test_a_hung_shard_is_named_by_readyz_and_the_others_keep_being_scheduled(
     kind: choice.Kind,
     fault_url: str,
     proxies: list[TcpProxy],
@@ -88,20 +76,21 @@ async def test_a_hung_shard_is_named_by_readyz_and_the_others_keep_their_pace(
         Database(ShardMap.from_dsns([fault_url], SHARDS)) as direct,
     ):
         jobs = Jobs(direct)  # the test's own links, around the proxies
-        names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
-        for name in names.values():
-            await jobs.put("acme", name, JobSpec(), "test")
-        async with scheduling(database, kind) as (_, probes):
+        names = await a_job_per_shard(jobs)
+        async with scheduling(database, kind) as (scheduler, probes):
             await eventually(
                 lambda: probes.coordinator.owned().keys() == set(range(SHARDS)),
                 what="every shard owned",
             )
+            passes = scheduler.test_signals.passed
+            passes.init()
+            failed_before = failures(scheduler)
             proxies[HUNG].hang()
             await eventually(
                 lambda: probes.state()["down"] == [HUNG], within=8, what="/readyz naming it"
             )
             assert (await ready(probes))["down"] == [HUNG]
-            # Meanwhile every other shard is scheduled as fast as ever.
+            # Meanwhile every other shard is scheduled.
             healthy = [s for s in range(SHARDS) if s != HUNG]
             for _ in range(3):
                 made = [
@@ -110,15 +99,25 @@ async def test_a_hung_shard_is_named_by_readyz_and_the_others_keep_their_pace(
                     ]
                     for s in healthy
                 ]
-                started = time.monotonic()
                 for run in made:
 
                     async def flipped(run_id: str = run.run_id) -> bool:
                         return (await jobs.run(run_id))[0].state is State.ready
 
-                    await eventually(flipped, within=1.5, what="a healthy shard's run ready")
-                assert time.monotonic() - started < 1.0
+                    await eventually(flipped, what="a healthy shard's run ready")
             assert (await ready(probes))["down"] == [HUNG]
+            # Each at its own pace: one loop for every shard would pass over the healthy
+            # ones at most three times per hung statement (once alongside it, twice at
+            # the 0.1 s interval while its retry waits); loops of their own pass every
+            # 0.1 s, tens of times in a hung statement's 3 s.
+            # The statements given up on, and the one hanging now.
+            hung_statements = failures(scheduler) - failed_before + 1
+            counted = Counter(report.shard for batch in passes.drain() for report in batch)
+            assert HUNG not in counted, counted
+            assert min(counted[s] for s in healthy) > 3 * hung_statements, (
+                counted,
+                hung_statements,
+            )
 
             proxies[HUNG].heal()
             await eventually(
@@ -135,40 +134,40 @@ async def test_a_hung_shard_is_named_by_readyz_and_the_others_keep_their_pace(
 
 
 async def test_workers_are_served_from_the_other_shards_while_one_hangs(
-    fault_url: str, proxies: list[TcpProxy]
+    fault_url: str, proxies: list[TcpProxy], caplog: pytest.LogCaptureFixture
 ) -> None:
     async with (
         serving(proxied_map(fault_url, proxies), SLOW_POOLS) as api,
         Database(ShardMap.from_dsns([fault_url], SHARDS)) as direct,
-        httpx.AsyncClient(
-            base_url=api.url, headers={"Authorization": f"Bearer {WORKER_TOKEN}"}, timeout=10
-        ) as worker,
+        worker_of(api) as worker,
     ):
-        jobs = Jobs(direct)
-        names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
-        for name in names.values():
-            await jobs.put("acme", name, JobSpec(), "test")
-        for name in names.values():
-            for _ in range(30):
-                await jobs.enqueue("acme", name, EnqueueRequest(), "test")
+        await a_job_per_shard(Jobs(direct), runs=30)
+        # The backoff of a shard whose claim failed, on a clock of the test's: the hung
+        # shard, once it failed, is left out until the test moves the clock on.
+        clock = HandClock()
+        api.services.dispatcher.health = ShardHealth(monotonic=clock)
+        caplog.set_level(logging.WARNING, logger="tickwork.engine.dispatch")
         proxies[HUNG].hang()
-        took, leased = [], []
-        for _ in range(30):
-            started = time.monotonic()
+        leased = []
+        for _ in range(30):  # each call starts at the next shard: every 4th at the hung one
             answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 2})
-            took.append(time.monotonic() - started)
             assert answer.status_code == 200, answer.text
             leased += [item["runId"] for item in answer.json()["leases"]]
-        # Every call served (from the healthy shards) without waiting on the hung one:
-        # at most one call pays the bound of a claim, and a retry of it a short probe.
+        # Every call served from the healthy shards, and only one waited on the hung one
+        # (for the bound of a claim): the others left it out. How long the calls took is
+        # measured by make bench.
         assert len(leased) == 60 and not [r for r in leased if r.startswith(f"r{HUNG}-")]
-        assert sorted(took)[-2] < 0.5, took
-        assert max(took) < api.services.dispatcher.claim_seconds + 1, took
-        assert sorted(took)[len(took) // 2] < 0.1, took
+        tried = [
+            r.getMessage()
+            for r in caplog.records
+            if getattr(r, "action", None) == "claim-skipped" and getattr(r, "shard", None) == HUNG
+        ]
+        assert len(tried) == 1, tried
         async with httpx.AsyncClient(base_url=api.url, timeout=5) as anyone:
             readiness = (await anyone.get("/readyz")).json()
         assert readiness["down"] == [HUNG]
         proxies[HUNG].heal()
+        clock.advance(3600)  # the backoff over: the next call tries the shard again
 
         async def served_again() -> bool:
             answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 100})
@@ -185,16 +184,10 @@ async def test_a_batch_across_shards_goes_through_on_the_shards_that_answer(
     async with (
         serving(proxied_map(fault_url, proxies)) as api,
         Database(ShardMap.from_dsns([fault_url], SHARDS)) as direct,
-        httpx.AsyncClient(
-            base_url=api.url, headers={"Authorization": f"Bearer {WORKER_TOKEN}"}, timeout=10
-        ) as worker,
+        worker_of(api) as worker,
     ):
         jobs = Jobs(direct)
-        names = {jobs.shard_of("acme", f"job-{n}"): f"job-{n}" for n in range(40)}
-        assert len(names) == SHARDS
-        for name in names.values():
-            await jobs.put("acme", name, JobSpec(), "test")
-            await jobs.enqueue("acme", name, EnqueueRequest(), "test")
+        await a_job_per_shard(jobs, runs=1)
         answer = await worker.post("/v1/lease", json={"queues": ["default"], "max": 10})
         leases = answer.json()["leases"]
         assert len(leases) == SHARDS

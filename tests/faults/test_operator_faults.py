@@ -4,22 +4,16 @@ itself once the store is back."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import httpx
 import pytest
 from kube import emulator
-from scheduledjobs.conftest import condition, example, observed, quick
+from scheduledjobs.conftest import condition, example, observed
 
-from faults.conftest import FAST_POOLS, proxied_map
+from faults.conftest import FAST_POOLS, operating, proxied_map
 from faults.proxy import TcpProxy
 from tickwork.core.errors import NotFound
-from tickwork.core.settings import OperatorSettings, WebhookSettings
-from tickwork.engine.jobs import Jobs
-from tickwork.operator import crd
-from tickwork.operator.cluster import Cluster
-from tickwork.operator.runtime import Operator
 from tickwork.store.database import Database
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,54 +27,34 @@ def unavailable(obj: dict[str, object] | None) -> bool:
 async def test_an_outage_is_store_unavailable_and_a_delete_waits_for_the_store(
     kube: emulator.Emulator, fault_url: str, proxies: list[TcpProxy], tmp_path: Path
 ) -> None:
-    await kube.create(crd.definition())
-    settings = OperatorSettings(
-        namespaces=("default",),
-        webhook=WebhookSettings(port=0),
-        status_interval=0.2,
-        health_port=0,
-        health_bind="127.0.0.1",
-        store_retry_seconds=0.2,
-    )
-    assert kube.kubeconfig is not None
-    cluster = await Cluster.connect(str(kube.kubeconfig))
-    async with Database(proxied_map(fault_url, proxies), FAST_POOLS) as database:
-        jobs = Jobs(database)
-        operator = Operator(jobs, cluster, settings, tune=quick)
-        stop = asyncio.Event()
-        running = asyncio.create_task(operator.run(stop))
-        try:
-            await asyncio.wait_for(operator.ready.wait(), 10)
-            await kube.create(example("hello"))
-            await kube.wait_for("sj", "hello", observed(1), namespace="default")
+    async with (
+        Database(proxied_map(fault_url, proxies), FAST_POOLS) as database,
+        operating(database, kube) as operator,
+    ):
+        await kube.create(example("hello"))
+        await kube.wait_for("sj", "hello", observed(1), namespace="default")
 
-            for proxy in proxies:  # PostgreSQL restarting: every link cut, no new one
-                proxy.starting_up()
-                proxy.reset()
-            assert operator.health is not None
-            async with httpx.AsyncClient(base_url=operator.health.url, timeout=10) as http:
-                ready = await http.get("/readyz")
-            assert ready.status_code == 503 and "unreachable" in ready.json()["detail"]
+        for proxy in proxies:  # PostgreSQL restarting: every link cut, no new one
+            proxy.starting_up()
+            proxy.reset()
+        assert operator.health is not None
+        async with httpx.AsyncClient(base_url=operator.health.url, timeout=10) as http:
+            ready = await http.get("/readyz")
+        assert ready.status_code == 503 and "unreachable" in ready.json()["detail"]
 
-            await kube.delete("sj", "hello", namespace="default")
-            held = await kube.wait_for("sj", "hello", unavailable, namespace="default")
-            assert held is not None  # not orphaned: the finalizer holds it
-            assert held["metadata"]["deletionTimestamp"]
-            assert held["metadata"]["finalizers"] == ["tickwork.dev/finalizer"]
-            await kube.create(example("nightly-report"))
-            created = await kube.wait_for("sj", "nightly-report", unavailable, namespace="default")
-            assert "the job store cannot be reached" in condition(created)["message"]  # type: ignore[arg-type,index]
+        await kube.delete("sj", "hello", namespace="default")
+        held = await kube.wait_for("sj", "hello", unavailable, namespace="default")
+        assert held is not None  # not orphaned: the finalizer holds it
+        assert held["metadata"]["deletionTimestamp"]
+        assert held["metadata"]["finalizers"] == ["tickwork.dev/finalizer"]
+        await kube.create(example("nightly-report"))
+        created = await kube.wait_for("sj", "nightly-report", unavailable, namespace="default")
+        assert "the job store cannot be reached" in condition(created)["message"]  # type: ignore[arg-type,index]
 
-            for proxy in proxies:
-                proxy.heal()
-            await kube.wait_for("sj", "hello", lambda o: o is None, namespace="default", timeout=10)
-            await kube.wait_for(
-                "sj", "nightly-report", observed(1), namespace="default", timeout=10
-            )
-            with pytest.raises(NotFound):
-                await jobs.get("default", "hello")
-            assert (await jobs.get("default", "nightly-report")).definition is not None
-        finally:
-            stop.set()
-            await asyncio.wait_for(running, 15)
-            await cluster.close()
+        for proxy in proxies:
+            proxy.heal()
+        await kube.wait_for("sj", "hello", lambda o: o is None, namespace="default", timeout=10)
+        await kube.wait_for("sj", "nightly-report", observed(1), namespace="default", timeout=10)
+        with pytest.raises(NotFound):
+            await operator.jobs.get("default", "hello")
+        assert (await operator.jobs.get("default", "nightly-report")).definition is not None

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import pytest
 from conftest import WORKER_TOKEN
+from polling import eventually
 
-from faults.conftest import FAST_POOLS, SHARDS, Api, eventually, proxied_map, serving
+from faults.conftest import FAST_POOLS, SHARDS, Api, proxied_map, serving
 from faults.postgres import PostgresProcess
 from faults.proxy import TcpProxy
 from tickwork.core.records import State

@@ -3,14 +3,12 @@ off, and picks up by itself once the database is back."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 
 import pytest
+from polling import eventually
 
-from faults.conftest import FAST_POOLS, SHARDS, eventually, proxied_map
+from faults.conftest import FAST_POOLS, SHARDS, failures, proxied_map, running
 from faults.postgres import PostgresProcess
 from faults.proxy import TcpProxy
 from tickwork.core.records import State
@@ -21,17 +19,6 @@ from tickwork.engine.jobs import EnqueueRequest, Jobs
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store.database import Database
-
-
-@contextlib.asynccontextmanager
-async def running(scheduler: Scheduler) -> AsyncIterator[asyncio.Task[None]]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(scheduler.run(stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 def fast_scheduler(database: Database) -> Scheduler:
@@ -45,11 +32,6 @@ async def passes(scheduler: Scheduler, count: int) -> None:
     """Wait for ``count`` more passes over the shards (each within 5 s)."""
     for _ in range(count):
         await scheduler.test_signals.passed.wait(5)
-
-
-def failures(scheduler: Scheduler, kind: str = "outage") -> float:
-    assert scheduler.metrics is not None
-    return scheduler.metrics.scheduler_errors.labels(kind)._value.get()
 
 
 async def promoted(jobs: Jobs, name: str) -> str:

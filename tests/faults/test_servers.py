@@ -34,31 +34,24 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from conftest import TEAM_TOKEN, WORKER_TOKEN, scratch_database
+from conftest import TEAM_TOKEN, WORKER_TOKEN, scratch_database, served
 from conftest import test_tokens as make_tokens
 from coordination.replicas import Replica
 from kube import emulator
-from scheduledjobs.conftest import observed, quick, scheduled_job
+from polling import eventually
+from scheduledjobs.conftest import observed, scheduled_job
 
-from faults.conftest import eventually
+from faults.conftest import operating, scheduling
 from faults.postgres import PostgresProcess
 from faults.servers import Primary, Standby, copy_of, in_sync, multi_host_url
-from tickwork.api.app import create_app
-from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.cli.probes import Probes
-from tickwork.coordination import choice
-from tickwork.coordination.coordinator import Timing
 from tickwork.core import hashing
-from tickwork.core.settings import ApiSettings, OperatorSettings, SchedulerSettings, WebhookSettings
+from tickwork.core.settings import ApiSettings
 from tickwork.core.shards import ShardMap
 from tickwork.engine import installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
-from tickwork.engine.scheduler import Scheduler
-from tickwork.operator import crd
-from tickwork.operator.cluster import Cluster
-from tickwork.operator.runtime import Operator
 from tickwork.store.database import Database
 
 pytestmark = pytest.mark.timeout(90)
@@ -130,12 +123,8 @@ async def dispatcher(shard_map: ShardMap) -> AsyncIterator[tuple[str, Services]]
             settings=ApiSettings(auth_failure_rate=0),
         )
         engine.dispatcher.wakeups.test_signals.init()
-        server = HttpServer(create_app(services), port=0)
-        url = await server.start()
-        try:
+        async with served(services) as url:
             yield url, services
-        finally:
-            await server.stop()
 
 
 @contextlib.asynccontextmanager
@@ -144,56 +133,16 @@ async def scheduler(shard_map: ShardMap, identity: str = "solo") -> AsyncIterato
     0.1 s."""
     async with (
         Database(shard_map) as database,
-        choice.coordinator(
-            database, kind="postgres", identity=identity, timing=Timing(lease_seconds=2)
-        ) as coordinator,
+        scheduling(database, identity=identity) as (_, probes),
     ):
-        loop = Scheduler(
-            database,
-            SchedulerSettings(interval=0.1, retry_base_seconds=0.05, retry_max_seconds=0.2),
-            ownership=coordinator,
-            metrics=Metrics(),
-        )
-        probes = Probes(loop, coordinator, "127.0.0.1", 0)
-        await probes.start()
-        stop = asyncio.Event()
-        task = asyncio.create_task(loop.run(stop))
-        try:
-            yield probes
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 10)
-            await probes.stop()
+        yield probes
 
 
 @contextlib.asynccontextmanager
 async def operator(shard_map: ShardMap, kube: emulator.Emulator) -> AsyncIterator[Jobs]:
     """``tickwork operator`` for the namespace ``default`` of the emulated API."""
-    await kube.create(crd.definition())
-    settings = OperatorSettings(
-        namespaces=("default",),
-        webhook=WebhookSettings(port=0),
-        status_interval=0.2,
-        health_port=0,
-        health_bind="127.0.0.1",
-        store_retry_seconds=0.2,
-    )
-    assert kube.kubeconfig is not None
-    cluster = await Cluster.connect(str(kube.kubeconfig))
-    try:
-        async with Database(shard_map) as database:
-            jobs = Jobs(database)
-            running = Operator(jobs, cluster, settings, tune=quick)
-            stop = asyncio.Event()
-            task = asyncio.create_task(running.run(stop))
-            try:
-                await asyncio.wait_for(running.ready.wait(), 15)
-                yield jobs
-            finally:
-                stop.set()
-                await asyncio.wait_for(task, 15)
-    finally:
-        await cluster.close()
+    async with Database(shard_map) as database, operating(database, kube) as running:
+        yield running.jobs
 
 
 def database_urls(urls: list[str]) -> list[str]:

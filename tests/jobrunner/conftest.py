@@ -24,6 +24,7 @@ from conftest import ADMIN_TOKEN, ApiServer, served
 from kube import emulator
 from kube.jobs import JobController
 from kube.reviews import User
+from polling import eventually
 
 from tickwork.api.auth import Role, StaticTokens, TokenEntry
 from tickwork.api.services import Services
@@ -132,12 +133,12 @@ class Cluster:
         """The reaper, an hour from now: the run's lease ran out."""
         shard, _ = self.api.jobs.locate_run(run_id)
         later = datetime.now(UTC) + timedelta(hours=1)
-        async with asyncio.timeout(WAIT):
-            while True:
-                async with self.api.database.connection(shard) as conn:
-                    if (await sweeps.reap(conn, now=later)).total:
-                        return
-                await asyncio.sleep(0.01)
+
+        async def reaped() -> bool:
+            async with self.api.database.connection(shard) as conn:
+                return bool((await sweeps.reap(conn, now=later)).total)
+
+        await eventually(reaped, within=WAIT, every=0.01, what="the run reaped")
 
     async def retry_now(self, run_id: str) -> None:
         """The due flip at the run's retry time."""

@@ -376,10 +376,12 @@ async def test_a_runner_whose_lease_was_reaped_never_touches_the_next_attempts_j
             assert cluster.controller.job(second) is not None
             await cluster.controller.succeed(second)
             # Whichever leased the retry (A may, once its slot is free) completes it.
-            done, _ = await asyncio.wait(
+            done, waiting = await asyncio.wait(
                 [asyncio.ensure_future(ended(r, run_id)) for r in (runner, cut_off)],
                 return_when=asyncio.FIRST_COMPLETED,
             )
+            for task in waiting:
+                task.cancel()
             assert [d.result() for d in done] == ["succeeded"]
     assert cluster.deleted_jobs() == [first]
     run = await cluster.run(run_id)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from kube import emulator
+from polling import eventually
 from test_dev import WAIT, tickwork
 
 from tickwork.cli import cli
@@ -124,14 +125,17 @@ async def test_two_operator_processes_elect_one_leader_and_hand_over_on_sigterm(
         async with tickwork(*command("second"), env=env) as second:
             health = (await second.expect(r"health on (http://\S+)/healthz")).group(1)
             await second.expect(r"serving admission")
-            async with (
-                httpx.AsyncClient(base_url=health, timeout=WAIT) as http,
-                asyncio.timeout(WAIT),
-            ):
+            async with httpx.AsyncClient(base_url=health, timeout=WAIT) as http:
+
+                async def ready() -> bool:
+                    answer = await http.get("/readyz")
+                    if answer.status_code != 200:
+                        assert answer.json()["status"] == "starting", answer.text
+                    return answer.status_code == 200
+
                 # Ready once its first try for the Lease went through.
-                while (answer := await http.get("/readyz")).status_code != 200:
-                    assert answer.json()["status"] == "starting", answer.text
-                    await asyncio.sleep(0.02)
+                await eventually(ready, within=WAIT, what="the second ready")
+                answer = await http.get("/readyz")
             assert answer.json() == {"status": "ready", "role": "standby", "identity": "second"}
 
             # SIGTERM: the leader stops its handlers, releases the Lease, exits 0.

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from tickwork.api import access, models, render, responses
-from tickwork.api.auth import Principal
-from tickwork.api.services import Services, principal, services_dependency
-from tickwork.core import limits
+from tickwork.api import access, models, parameters, render, responses
+from tickwork.api.parameters import Caller, Cursor, Limit, Svc, TenantParam
 from tickwork.core.errors import InvalidRequest
 from tickwork.core.spec import check_name
 from tickwork.engine import audit
@@ -24,33 +22,19 @@ router = APIRouter(prefix="/v1")
     summary="The tenant's audit log, newest first",
     responses={
         200: {"model": models.AuditPage},
-        400: {"model": models.Problem, "description": "invalid-request"},
-        403: {"model": models.Problem, "description": "forbidden"},
+        **parameters.problems({400: "invalid-request", 403: "forbidden"}),
     },
 )
 async def list_audit(
-    caller: Annotated[Principal, Depends(principal)],
-    svc: Annotated[Services, Depends(services_dependency)],
+    caller: Caller,
+    svc: Svc,
     job: Annotated[
         str | None,
         Query(description="Only this job's entries.", json_schema_extra=models.NAME_SCHEMA),
     ] = None,
-    cursor: Annotated[str | None, Query(description="nextCursor of the previous page.")] = None,
-    limit: Annotated[
-        int | None,
-        Query(
-            ge=1,
-            le=limits.MAX_PAGE_SIZE,
-            description=f"Page size (default {limits.DEFAULT_PAGE_SIZE}).",
-        ),
-    ] = None,
-    tenant: Annotated[
-        str | None,
-        Query(
-            description="Admin tokens only: act for this tenant.",
-            json_schema_extra=models.TENANT_SCHEMA,
-        ),
-    ] = None,
+    cursor: Cursor = None,
+    limit: Limit = None,
+    tenant: TenantParam = None,
 ) -> Response:
     owner = await access.tenant(caller, access.Operation.list_audit, tenant)
     if job is not None:

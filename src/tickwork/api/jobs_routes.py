@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.responses import Response
 
-from tickwork.api import access, bodies, models, render, responses
+from tickwork.api import access, bodies, models, parameters, render, responses
 from tickwork.api.access import Operation
 from tickwork.api.auth import Principal
-from tickwork.api.services import Services, principal, services_dependency
+from tickwork.api.parameters import Caller, Cursor, Limit, Svc, TenantParam
+from tickwork.api.services import Services
 from tickwork.core import fields, limits, preconditions
 from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
 from tickwork.core.records import State
@@ -24,56 +25,34 @@ from tickwork.engine.jobs import DeadCursor, EnqueueRequest
 
 router = APIRouter(prefix="/v1")
 
-Caller = Annotated[Principal, Depends(principal)]
-Svc = Annotated[Services, Depends(services_dependency)]
 JobName = Annotated[
     str,
     Path(description="The job's name (DNS-1123 subdomain).", json_schema_extra=models.NAME_SCHEMA),
 ]
 RunId = Annotated[str, Path(alias="runId", description="The run's id.")]
-TenantParam = Annotated[
-    str | None,
-    Query(
-        description="Admin tokens only: act for this tenant.",
-        json_schema_extra=models.TENANT_SCHEMA,
-    ),
-]
-Limit = Annotated[
-    int | None,
-    Query(
-        ge=1,
-        le=limits.MAX_PAGE_SIZE,
-        description=f"Page size (default {limits.DEFAULT_PAGE_SIZE}).",
-    ),
-]
-Cursor = Annotated[str | None, Query(description="nextCursor of the previous page.")]
 
-_errors: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.Problem, "description": description}
-    for status, description in {
-        400: "invalid-request / invalid-schedule",
-        401: "unauthenticated",
-        403: "forbidden",
-        404: "not-found",
-    }.items()
+_errors = {
+    **parameters.ERRORS,
+    **parameters.problems({400: "invalid-request / invalid-schedule"}),
 }
-# PUT, DELETE, :pause and :resume of a job a ScheduledJob declares.
-_managed_errors: dict[int | str, dict[str, Any]] = {
+# Cancelling a run, replaying or discarding a dead one.
+_run_change_answers = {
+    200: {"model": models.Run},
+    **parameters.problems({409: "invalid-state"}),
     **_errors,
-    409: {
-        "model": models.Problem,
-        "description": "managed-by-kubernetes: the job is defined by a ScheduledJob; "
-        "edit that object instead",
-    },
 }
-# PUT, DELETE, :pause and :resume, with If-Match (or If-None-Match: * on PUT).
-_edit_errors: dict[int | str, dict[str, Any]] = {
-    **_managed_errors,
-    412: {
-        "model": models.Problem,
-        "description": "precondition-failed: the job changed since its ETag was read (If-Match), "
-        "or exists already (If-None-Match: *)",
-    },
+# PUT, DELETE, :pause and :resume, with If-Match (or If-None-Match: * on PUT), of a job
+# a ScheduledJob may declare.
+_edit_errors = {
+    **_errors,
+    **parameters.problems(
+        {
+            409: "managed-by-kubernetes: the job is defined by a ScheduledJob; "
+            "edit that object instead",
+            412: "precondition-failed: the job changed since its ETag was read (If-Match), "
+            "or exists already (If-None-Match: *)",
+        }
+    ),
 }
 
 
@@ -239,12 +218,7 @@ async def list_jobs(
 async def pause_job(
     name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
-    owner = await access.tenant(caller, Operation.pause_job, tenant, name)
-    precondition = _if_match_only(request)
-    await svc.jobs.set_paused(
-        owner, _job_name(name), True, caller.subject, precondition=precondition
-    )
-    return await _job_response(svc, owner, name)
+    return await _set_paused(name, caller, svc, request, tenant, paused=True)
 
 
 @router.post(
@@ -255,10 +229,23 @@ async def pause_job(
 async def resume_job(
     name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
+    return await _set_paused(name, caller, svc, request, tenant, paused=False)
+
+
+async def _set_paused(
+    name: str,
+    caller: Principal,
+    svc: Services,
+    request: Request,
+    tenant: str | None,
+    *,
+    paused: bool,
+) -> Response:
+    # One permission for both: whoever may pause a job may resume it.
     owner = await access.tenant(caller, Operation.pause_job, tenant, name)
     precondition = _if_match_only(request)
     await svc.jobs.set_paused(
-        owner, _job_name(name), False, caller.subject, precondition=precondition
+        owner, _job_name(name), paused, caller.subject, precondition=precondition
     )
     return await _job_response(svc, owner, name)
 
@@ -483,11 +470,7 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
 @router.post(
     "/runs/{runId}:cancel",
     summary="Cancel a run",
-    responses={
-        200: {"model": models.Run},
-        409: {"model": models.Problem, "description": "invalid-state"},
-        **_errors,
-    },
+    responses=_run_change_answers,
 )
 async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     _, _, scope = await access.run(caller, Operation.cancel_run, svc.jobs, run_id)
@@ -524,11 +507,7 @@ async def list_dead(
 @router.post(
     "/dlq/{runId}:replay",
     summary="Re-enqueue a dead run with fresh attempts",
-    responses={
-        200: {"model": models.Run},
-        409: {"model": models.Problem, "description": "invalid-state"},
-        **_errors,
-    },
+    responses=_run_change_answers,
 )
 async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     _, _, scope = await access.run(caller, Operation.settle_dead, svc.jobs, run_id)
@@ -538,11 +517,7 @@ async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
 @router.post(
     "/dlq/{runId}:discard",
     summary="End a dead run",
-    responses={
-        200: {"model": models.Run},
-        409: {"model": models.Problem, "description": "invalid-state"},
-        **_errors,
-    },
+    responses=_run_change_answers,
 )
 async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     _, _, scope = await access.run(caller, Operation.settle_dead, svc.jobs, run_id)

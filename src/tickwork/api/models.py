@@ -34,17 +34,7 @@ from pydantic_core import PydanticCustomError
 from tickwork.core import limits, spec
 from tickwork.core.spec import Instant, JobSpec, Priority
 
-State = Literal[
-    "scheduled",
-    "ready",
-    "leased",
-    "retry_wait",
-    "succeeded",
-    "dead",
-    "cancelled",
-    "discarded",
-    "skipped",
-]
+State = spec.RunStateName
 
 
 text_problem = spec.text_problem
@@ -308,10 +298,26 @@ class AuditPage(Model):
     next_cursor: str | None
 
 
-class EnqueueRequest(Model):
-    """Enqueue a run now (neither field), at ``runAt``, or after ``delaySeconds``."""
+class _RunRequest(Model):
+    """What an enqueue and a batch's item check alike: at most one of ``runAt`` and
+    ``delaySeconds``, the payload's size and contents, ``runAt`` an instant. Their fields
+    are their own (the item's are not described one by one)."""
 
     model_config = ConfigDict(json_schema_extra=_ONE_WHEN)
+
+    @field_validator("payload", check_fields=False)
+    @classmethod
+    def _size(cls, value: JsonValue, info: ValidationInfo) -> JsonValue:
+        return spec.payload_validator(value, info)  # type: ignore[no-any-return]
+
+    @field_validator("run_at", check_fields=False)
+    @classmethod
+    def _instant(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value)
+
+
+class EnqueueRequest(_RunRequest):
+    """Enqueue a run now (neither field), at ``runAt``, or after ``delaySeconds``."""
 
     run_at: Instant | None = Field(default=None, description="Run at this instant.")
     delay_seconds: StrictFloat | None = Field(
@@ -330,20 +336,8 @@ class EnqueueRequest(Model):
         description="Refuse (409 concurrency-limit) while the job is at its concurrency limit.",
     )
 
-    @field_validator("payload")
-    @classmethod
-    def _size(cls, value: JsonValue, info: ValidationInfo) -> JsonValue:
-        return spec.payload_validator(value, info)  # type: ignore[no-any-return]
 
-    @field_validator("run_at")
-    @classmethod
-    def _instant(cls, value: datetime | None) -> datetime | None:
-        return check_instant(value)
-
-
-class BatchEnqueueItem(Model):
-    model_config = ConfigDict(json_schema_extra=_ONE_WHEN)
-
+class BatchEnqueueItem(_RunRequest):
     run_at: Instant | None = None
     delay_seconds: StrictFloat | None = Field(default=None, ge=0, le=limits.MAX_DELAY_SECONDS)
     payload: spec.Payload = None
@@ -358,16 +352,6 @@ class BatchEnqueueItem(Model):
         if problem is not None:
             raise PydanticCustomError("invalid_text", problem)
         return value
-
-    @field_validator("payload")
-    @classmethod
-    def _size(cls, value: JsonValue, info: ValidationInfo) -> JsonValue:
-        return spec.payload_validator(value, info)  # type: ignore[no-any-return]
-
-    @field_validator("run_at")
-    @classmethod
-    def _instant(cls, value: datetime | None) -> datetime | None:
-        return check_instant(value)
 
 
 class BatchEnqueueRequest(Model):

@@ -9,47 +9,27 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Path, Request
 from pydantic import ConfigDict, Field, StrictBool, StrictStr, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
-from tickwork.api import access, bodies, models, responses
+from tickwork.api import access, bodies, responses
 from tickwork.api.access import Operation
-from tickwork.api.auth import Principal
 from tickwork.api.models import NAME_SCHEMA, Model
-from tickwork.api.services import Services, principal, services_dependency
+from tickwork.api.parameters import ERRORS, Caller, Svc, TenantParam
+from tickwork.api.services import Services
 from tickwork.core.errors import InvalidRequest, NotFound
 from tickwork.core.spec import check_name
 from tickwork.engine.notifications import Target, Targets
 
 router = APIRouter(prefix="/v1")
 
-Caller = Annotated[Principal, Depends(principal)]
-Svc = Annotated[Services, Depends(services_dependency)]
 TargetName = Annotated[str, Path(description="The target's name.", json_schema_extra=NAME_SCHEMA)]
-TenantParam = Annotated[
-    str | None,
-    Query(
-        description="Admin tokens only: act for this tenant.",
-        json_schema_extra=models.TENANT_SCHEMA,
-    ),
-]
 
 _MAX_URL_LENGTH: Final = 2048
 _MAX_REF_LENGTH: Final = 1024
-
-_errors: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.Problem, "description": description}
-    for status, description in {
-        400: "invalid-request",
-        401: "unauthenticated",
-        403: "forbidden",
-        404: "not-found",
-    }.items()
-}
-
 
 # The schema's patterns are the checks themselves, so the contract says exactly what is
 # taken: a host that starts with a letter or digit, printable ASCII, no space.
@@ -171,7 +151,7 @@ def _checked(name: str) -> str:
 @router.get(
     "/notification-targets",
     summary="The tenant's notification targets",
-    responses={200: {"model": TargetPage}, **_errors},
+    responses={200: {"model": TargetPage}, **ERRORS},
 )
 async def list_targets(caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
     owner = await access.tenant(caller, Operation.list_targets, tenant)
@@ -182,7 +162,7 @@ async def list_targets(caller: Caller, svc: Svc, tenant: TenantParam = None) -> 
 @router.get(
     "/notification-targets/{name}",
     summary="One notification target",
-    responses={200: {"model": TargetView}, **_errors},
+    responses={200: {"model": TargetView}, **ERRORS},
 )
 async def get_target(
     name: TargetName, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -200,7 +180,7 @@ async def get_target(
     responses={
         200: {"model": TargetView, "description": "Replaced"},
         201: {"model": TargetView, "description": "Created"},
-        **_errors,
+        **ERRORS,
     },
     openapi_extra=bodies.openapi(TargetRequest, required=True),
 )
@@ -224,7 +204,7 @@ async def put_target(
     "/notification-targets/{name}",
     summary="Delete a notification target (jobs that name it notify nobody)",
     status_code=204,
-    responses={204: {"description": "Deleted"}, **_errors},
+    responses={204: {"description": "Deleted"}, **ERRORS},
 )
 async def delete_target(
     name: TargetName, caller: Caller, svc: Svc, tenant: TenantParam = None

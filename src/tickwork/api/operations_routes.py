@@ -11,15 +11,15 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
 from tickwork.api import access, bodies, models, render, responses
 from tickwork.api import operation_models as om
 from tickwork.api.access import Operation
-from tickwork.api.auth import Principal
-from tickwork.api.services import Services, principal, services_dependency
+from tickwork.api.parameters import ERRORS, Caller, Cursor, Limit, Svc, TenantParam
+from tickwork.api.services import Services
 from tickwork.core import limits
 from tickwork.core import operations as core
 from tickwork.core.errors import InvalidRequest
@@ -29,8 +29,6 @@ from tickwork.engine.cursors import Position
 
 router = APIRouter(prefix="/v1")
 
-Caller = Annotated[Principal, Depends(principal)]
-Svc = Annotated[Services, Depends(services_dependency)]
 OPERATION_ID: Final = re.compile(r"^op-[0-9a-f]{1,60}$")
 OperationId = Annotated[
     str,
@@ -41,24 +39,7 @@ OperationId = Annotated[
     ),
 ]
 _INSTANT_SCHEMA: Final = {"format": "date-time"}
-TenantParam = Annotated[
-    str | None,
-    Query(
-        description="Admin tokens only: act for this tenant.",
-        json_schema_extra=models.TENANT_SCHEMA,
-    ),
-]
 _INSTANT: Final = TypeAdapter(Instant)
-
-_errors: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.Problem, "description": description}
-    for status, description in {
-        400: "invalid-request",
-        401: "unauthenticated",
-        403: "forbidden",
-        404: "not-found",
-    }.items()
-}
 
 
 def operations_of(svc: Services) -> engine.Operations:
@@ -108,7 +89,7 @@ def _checked_id(operation_id: str) -> str:
     responses={
         202: {"model": om.Operation, "description": "The operation, started"},
         200: {"model": om.OperationCount, "description": "dryRun: how many runs match"},
-        **_errors,
+        **ERRORS,
     },
     openapi_extra=bodies.openapi(om.OperationRequest, required=True),
 )
@@ -150,7 +131,7 @@ async def create_operation(
 @router.get(
     "/operations",
     summary="The tenant's recent operations, newest first",
-    responses={200: {"model": om.OperationPage}, **_errors},
+    responses={200: {"model": om.OperationPage}, **ERRORS},
 )
 async def list_operations(
     caller: Caller,
@@ -169,7 +150,7 @@ async def list_operations(
 @router.get(
     "/operations/{operationId}",
     summary="An operation and its progress",
-    responses={200: {"model": om.Operation}, **_errors},
+    responses={200: {"model": om.Operation}, **ERRORS},
 )
 async def get_operation(
     operation_id: OperationId, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -182,7 +163,7 @@ async def get_operation(
 @router.post(
     "/operations/{operationId}:cancel",
     summary="Stop an operation (what it did stays done; idempotent)",
-    responses={200: {"model": om.Operation}, **_errors},
+    responses={200: {"model": om.Operation}, **ERRORS},
 )
 async def cancel_operation(
     operation_id: OperationId, caller: Caller, svc: Svc, tenant: TenantParam = None
@@ -209,7 +190,7 @@ def instant(text: str | None, field: str) -> datetime | None:
 @router.get(
     "/runs",
     summary="The tenant's runs in one state across jobs, newest first",
-    responses={200: {"model": models.RunPage}, **_errors},
+    responses={200: {"model": models.RunPage}, **ERRORS},
 )
 async def list_runs_by_state(
     caller: Caller,
@@ -251,15 +232,8 @@ async def list_runs_by_state(
     max_attempts: Annotated[
         int | None, Query(alias="maxAttempts", ge=0, le=core.MAX_ATTEMPTS)
     ] = None,
-    cursor: Annotated[str | None, Query(description="nextCursor of the previous page.")] = None,
-    limit: Annotated[
-        int | None,
-        Query(
-            ge=1,
-            le=limits.MAX_PAGE_SIZE,
-            description=f"Page size (default {limits.DEFAULT_PAGE_SIZE}).",
-        ),
-    ] = None,
+    cursor: Cursor = None,
+    limit: Limit = None,
     tenant: TenantParam = None,
 ) -> Response:
     owner = await access.tenant(caller, Operation.list_runs, tenant)

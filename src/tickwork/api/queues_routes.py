@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Path
 from starlette.responses import Response
 
-from tickwork.api import access, models, responses
+from tickwork.api import access, models, parameters, responses
 from tickwork.api.access import Operation
 from tickwork.api.auth import Principal
-from tickwork.api.services import Services, principal, services_dependency
+from tickwork.api.parameters import Caller, Svc, TenantParam
+from tickwork.api.services import Services
 from tickwork.core import limits
 from tickwork.core.errors import InvalidRequest
 from tickwork.core.spec import QUEUE_PATTERN, check_queue
@@ -22,8 +23,6 @@ from tickwork.engine.queues import Queues, QueueState
 
 router = APIRouter(prefix="/v1")
 
-Caller = Annotated[Principal, Depends(principal)]
-Svc = Annotated[Services, Depends(services_dependency)]
 QueueName = Annotated[
     str,
     Path(
@@ -31,22 +30,8 @@ QueueName = Annotated[
         json_schema_extra={"pattern": QUEUE_PATTERN, "maxLength": limits.MAX_QUEUE_LENGTH},
     ),
 ]
-TenantParam = Annotated[
-    str | None,
-    Query(
-        description="Admin tokens only: act for this tenant.",
-        json_schema_extra=models.TENANT_SCHEMA,
-    ),
-]
 
-_errors: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.Problem, "description": description}
-    for status, description in {
-        400: "invalid-request",
-        401: "unauthenticated",
-        403: "forbidden",
-    }.items()
-}
+_errors = parameters.problems({400: "invalid-request", 401: "unauthenticated", 403: "forbidden"})
 
 
 def queues_of(svc: Services) -> Queues:
@@ -90,9 +75,7 @@ async def list_queues(caller: Caller, svc: Svc, tenant: TenantParam = None) -> R
 async def pause_queue(
     queue: QueueName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
-    owner = await access.tenant(caller, Operation.pause_queue, tenant, queue)
-    state = await queues_of(svc).pause(owner, _checked(queue), caller.subject)
-    return responses.json(render_queue(state))
+    return await _set_paused(queue, caller, svc, tenant, paused=True)
 
 
 @router.post(
@@ -103,6 +86,15 @@ async def pause_queue(
 async def resume_queue(
     queue: QueueName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
+    return await _set_paused(queue, caller, svc, tenant, paused=False)
+
+
+async def _set_paused(
+    queue: str, caller: Principal, svc: Services, tenant: str | None, *, paused: bool
+) -> Response:
+    # One permission for both: whoever may pause a queue may resume it.
     owner = await access.tenant(caller, Operation.pause_queue, tenant, queue)
-    state = await queues_of(svc).resume(owner, _checked(queue), caller.subject)
+    queues = queues_of(svc)
+    change = queues.pause if paused else queues.resume
+    state = await change(owner, _checked(queue), caller.subject)
     return responses.json(render_queue(state))

@@ -18,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import access, auth, bodies, edge, models, render, responses
+from tickwork.api import access, auth, bodies, edge, models, parameters, render, responses
 from tickwork.api.services import Services, caller, services
 from tickwork.core import fields, limits
 from tickwork.core.errors import InvalidRequest, TickworkError
@@ -46,13 +46,7 @@ def _schema(model: type[models.Model]) -> dict[str, Any]:
     }
 
 
-_problems: dict[int | str, dict[str, Any]] = {
-    400: {"model": models.Problem, "description": "invalid-request"},
-    401: {"model": models.Problem, "description": "unauthenticated"},
-    403: {"model": models.Problem, "description": "forbidden"},
-    404: {"model": models.Problem, "description": "not-found"},
-    409: {"model": models.Problem, "description": "stale-lease"},
-}
+_problems = {**parameters.ERRORS, **parameters.problems({409: "stale-lease"})}
 
 
 def _reporter(request: Request) -> tuple[Services, Scope, QueueGrant | None]:

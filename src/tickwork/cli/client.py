@@ -212,6 +212,13 @@ def with_client(function: Callable[..., None]) -> Callable[..., None]:
     return result
 
 
+def paged(function: Callable[..., None]) -> Callable[..., None]:
+    """Give a listing command the options of the API's pages: ``--cursor`` (where the
+    page before ended) and ``--limit`` (its size)."""
+    decorated = click.option("--limit", type=click.IntRange(1, 500), default=None)(function)
+    return click.option("--cursor", default=None)(decorated)
+
+
 JOB_COLUMNS: tuple[Column, ...] = (
     ("NAME", "name"),
     ("CRON", "spec.schedule.cron"),
@@ -257,8 +264,7 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@click.option("--cursor", default=None)
-@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@paged
 @with_client
 def jobs_list(client: Client, cursor: str | None, limit: int | None) -> None:
     """The tenant's jobs."""
@@ -488,8 +494,7 @@ def runs() -> None:
 @runs.command("list")
 @click.argument("job")
 @click.option("--state", default=None, help="Only runs in this state.")
-@click.option("--cursor", default=None)
-@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@paged
 @with_client
 def runs_list(
     client: Client, job: str, state: str | None, cursor: str | None, limit: int | None
@@ -534,8 +539,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @click.option("--job", default=None, help="Only this job's dead runs.")
-@click.option("--cursor", default=None)
-@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@paged
 @with_client
 def dlq_list(client: Client, job: str | None, cursor: str | None, limit: int | None) -> None:
     """Dead runs, newest first."""
@@ -573,8 +577,7 @@ AUDIT_COLUMNS: tuple[Column, ...] = (
 
 @click.command()
 @click.option("--job", default=None, help="Only this job's entries.")
-@click.option("--cursor", default=None)
-@click.option("--limit", type=click.IntRange(1, 500), default=None)
+@paged
 @with_client
 def audit(client: Client, job: str | None, cursor: str | None, limit: int | None) -> None:
     """Who changed which job or run, newest first."""

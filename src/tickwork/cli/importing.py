@@ -9,6 +9,7 @@ every input was imported, 1 when any was refused, 2 on a usage error.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -125,31 +126,27 @@ def cronjob(streams: tuple[IO[bytes], ...]) -> None:
     _emit(result)
 
 
-def _zone(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            zones.get(value)
-        except zones.UnknownZone as error:
-            raise click.BadParameter(str(error)) from None
-    return value
+Callback = Callable[[click.Context, click.Parameter, str | None], str | None]
 
 
-def _queue(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            spec.check_queue(value)
-        except ValueError as error:
-            raise click.BadParameter(str(error)) from None
-    return value
+def _checked_by(check: Callable[[str], object], refusal: type[ValueError]) -> Callback:
+    """An option's callback: the value as given, or click's refusal with the message of
+    ``check``'s."""
+
+    def callback(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check(value)
+            except refusal as error:
+                raise click.BadParameter(str(error)) from None
+        return value
+
+    return callback
 
 
-def _namespace(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            spec.check_tenant(value)
-        except ValueError as error:
-            raise click.BadParameter(str(error)) from None
-    return value
+_zone = _checked_by(zones.get, zones.UnknownZone)
+_queue = _checked_by(spec.check_queue, ValueError)
+_namespace = _checked_by(spec.check_tenant, ValueError)
 
 
 def _system_path(label: str) -> bool:

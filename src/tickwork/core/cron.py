@@ -31,7 +31,7 @@ import enum
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from types import MappingProxyType
 from typing import Any, Final
@@ -70,7 +70,6 @@ _PROBE_START: Final = datetime(2000, 1, 1)
 _PROBE_YEARS: Final = 28
 
 _MINUTE: Final = timedelta(minutes=1)
-_SECOND: Final = timedelta(seconds=1)
 
 _FIELD_NAMES: Final = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _BOUNDS: Final = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
@@ -486,12 +485,6 @@ def _require_aware(value: datetime, name: str) -> datetime:
     return value.astimezone(UTC)
 
 
-def _offset(instant: datetime, zone: tzinfo) -> timedelta:
-    offset = instant.astimezone(zone).utcoffset()
-    assert offset is not None  # a ZoneInfo always knows its offset
-    return offset
-
-
 @dataclass(frozen=True)
 class CronSchedule:
     """A parsed cron expression in a zone; build it with :meth:`parse`.
@@ -587,7 +580,7 @@ class CronSchedule:
         # Instants after ``after`` can show a wall time earlier than ``after``'s own
         # only if a fall-back follows soon; start the wall-time search that much
         # earlier.
-        lowest_offset = min(_offset(after, tz), _offset(after + _OFFSET_HORIZON, tz))
+        lowest_offset = min(zones.offset(after, tz), zones.offset(after + _OFFSET_HORIZON, tz))
         start_wall = after.replace(tzinfo=None) + lowest_offset
         cursor = start_wall.replace(second=0, microsecond=0) - _MINUTE
 
@@ -666,18 +659,9 @@ class CronSchedule:
     def _gap_end(self, before: datetime, after: datetime) -> datetime:
         """The instant of the offset change between ``before`` and ``after``."""
         tz = self._tz
-        offset_before = _offset(before, tz)
-        # At most 26 hours apart: about 17 halvings down to the second.
-        while after - before > _SECOND:
-            middle = before + (after - before) / 2
-            middle = middle.replace(microsecond=0)
-            if middle <= before:
-                middle = before + _SECOND
-            if _offset(middle, tz) == offset_before:
-                before = middle
-            else:
-                after = middle
-        return after
+        offset_before = zones.offset(before, tz)
+        # At most 26 hours apart.
+        return zones.first_second(before, after, lambda at: zones.offset(at, tz) != offset_before)
 
     def _last_useful_wall(self, after: datetime, best: datetime) -> datetime:
         """Past this wall time no match can give an instant in ``(after, best)``.
@@ -687,9 +671,9 @@ class CronSchedule:
         the clock run backwards, by at most the drop in offset.
         """
         tz = self._tz
-        offset_best = _offset(best, tz)
+        offset_best = zones.offset(best, tz)
         earlier = max(after, best - _OFFSET_HORIZON)
-        drop = max(_offset(earlier, tz) - offset_best, timedelta(0))
+        drop = max(zones.offset(earlier, tz) - offset_best, timedelta(0))
         return best.replace(tzinfo=None) + offset_best + drop
 
 

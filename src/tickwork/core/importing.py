@@ -183,6 +183,17 @@ class _Report:
     def decision(self, field: str, text: str) -> None:
         self.add(Kind.decision, field, text)
 
+    def accept(self, result: Result, job: Imported) -> None:
+        """The source imported: its findings, and its job."""
+        result.findings.extend(self.findings)
+        result.jobs.append(job)
+
+    def refuse(self, result: Result, refused: _Refused) -> None:
+        """The source left out: its findings, then why."""
+        result.findings.extend(self.findings)
+        result.findings.append(Finding(self.source, Kind.refused, refused.field, refused.text))
+        result.refused += 1
+
 
 def _shown(value: Any) -> str:
     text = value if isinstance(value, str) else repr(value)
@@ -260,13 +271,10 @@ def from_cronjobs(documents: Iterable[Any]) -> Result:
             imported = _cronjob(document, inherited, report)
             _check(imported.metadata, imported.spec)
         except _Refused as refused:
-            result.findings.extend(report.findings)
-            result.findings.append(Finding(source, Kind.refused, refused.field, refused.text))
-            result.refused += 1
+            report.refuse(result, refused)
             continue
         seen.add(key)
-        result.findings.extend(report.findings)
-        result.jobs.append(imported)
+        report.accept(result, imported)
     if cronjobs == 0:
         result.findings.append(Finding("input", Kind.refused, "", "no CronJob in it"))
         result.refused += 1
@@ -606,12 +614,9 @@ def from_crontab(text: str, where: str, options: CrontabOptions) -> Result:
             imported = _entry(stripped, report, environment, options, names)
             _check(imported.metadata, imported.spec)
         except _Refused as refused:
-            result.findings.extend(report.findings)
-            result.findings.append(Finding(source, Kind.refused, refused.field, refused.text))
-            result.refused += 1
+            report.refuse(result, refused)
             continue
-        result.findings.extend(report.findings)
-        result.jobs.append(imported)
+        report.accept(result, imported)
     if entries == 0:
         result.findings.append(Finding(where, Kind.refused, "", "no crontab entry in it"))
         result.refused += 1

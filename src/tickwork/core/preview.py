@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Final
 
+from tickwork.core import zones
 from tickwork.core.cron import CronSchedule, DstSkipped
 
 _SECOND: Final = timedelta(seconds=1)
@@ -45,12 +46,6 @@ def fire_times(schedule: CronSchedule, after: datetime, count: int) -> list[Fire
     return marked
 
 
-def _offset(instant: datetime, zone: tzinfo) -> timedelta:
-    offset = instant.astimezone(zone).utcoffset()
-    assert offset is not None  # a ZoneInfo always knows its offset
-    return offset
-
-
 def _clock(value: datetime) -> str:
     return value.strftime("%H:%M")
 
@@ -70,16 +65,8 @@ def _hours(delta: timedelta) -> str:
 
 def _transition(before: datetime, after: datetime, zone: tzinfo) -> datetime:
     """The first instant in ``(before, after]`` with ``after``'s offset (to the second)."""
-    target = _offset(after, zone)
-    while after - before > _SECOND:
-        middle = (before + (after - before) / 2).replace(microsecond=0)
-        if middle <= before:
-            middle = before + _SECOND
-        if _offset(middle, zone) == target:
-            after = middle
-        else:
-            before = middle
-    return after
+    target = zones.offset(after, zone)
+    return zones.first_second(before, after, lambda at: zones.offset(at, zone) == target)
 
 
 def _fires_at(schedule: CronSchedule, instant: datetime) -> bool:
@@ -94,7 +81,7 @@ def _marked(schedule: CronSchedule, previous: datetime, instant: datetime) -> Fi
     second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
     if first < second:
         return _overlap(schedule, instant, local, first, second)
-    before, now = _offset(previous, zone), _offset(instant, zone)
+    before, now = zones.offset(previous, zone), zones.offset(instant, zone)
     if now > before:
         return _gap(schedule, previous, instant, local, before, now)
     if now < before:

@@ -11,12 +11,16 @@ shipped with it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, tzinfo
 from functools import cache
 from importlib import resources
 from typing import Final
 from zoneinfo import ZoneInfo
 
-__all__ = ["UnknownZone", "get", "names"]
+__all__ = ["UnknownZone", "first_second", "get", "names", "offset"]
+
+_SECOND: Final = timedelta(seconds=1)
 
 # Names the database lists that stand for a machine's setting or for no place at all.
 _NOT_PLACES: Final = frozenset({"Factory", "localtime", "posixrules"})
@@ -66,3 +70,27 @@ def get(name: str) -> ZoneInfo:
                 found = ZoneInfo.from_file(stream, key=name)
             _loaded[name] = found
     return found
+
+
+def offset(instant: datetime, zone: tzinfo) -> timedelta:
+    """``zone``'s UTC offset at ``instant``."""
+    found = instant.astimezone(zone).utcoffset()
+    assert found is not None  # a ZoneInfo always knows its offset
+    return found
+
+
+def first_second(
+    before: datetime, after: datetime, reached: Callable[[datetime], bool]
+) -> datetime:
+    """The first whole second in ``(before, after]`` at which ``reached`` holds (an
+    offset change, say), found by halving: ``reached`` holds at ``after``, not at
+    ``before``, and once it holds it goes on holding. A day apart takes about 17 halvings."""
+    while after - before > _SECOND:
+        middle = (before + (after - before) / 2).replace(microsecond=0)
+        if middle <= before:
+            middle = before + _SECOND
+        if reached(middle):
+            after = middle
+        else:
+            before = middle
+    return after

@@ -115,6 +115,9 @@ class EventRecorder:
         """Post queued Events until ``stop``; then the ones still queued, for at most
         ``flush_seconds`` (an API server that does not answer must not hold a shutdown)."""
         stopping = asyncio.create_task(stop.wait())
+        # Cancelled from outside (a lost term) while waiting: its get() must not be left
+        # pending on the queue.
+        taking: asyncio.Task[Event] | None = None
         try:
             while not stop.is_set():
                 taking = asyncio.create_task(self._queue.get())
@@ -138,6 +141,8 @@ class EventRecorder:
                 )
         finally:
             stopping.cancel()
+            if taking is not None:
+                taking.cancel()
 
     async def _post(self, event: Event) -> None:
         try:

@@ -97,7 +97,10 @@ class Context:
         patch.status.update(changes)
         self.events.record(Seen.of(body).reference, Reason.invalid_spec, error.detail)
 
-    def unavailable(self, body: Mapping[str, Any], patch: kopf.Patch, error: Exception) -> None:
+    def unavailable(
+        self, body: Mapping[str, Any], patch: kopf.Patch, error: Exception
+    ) -> kopf.TemporaryError:
+        """Say on the object that the store is out; the error that has Kopf retry later."""
         current = body.get("status") or {}
         generation = (body.get("metadata") or {}).get("generation")
         message = f"the job store cannot be reached, retrying: {outages.describe(error)}"
@@ -105,6 +108,9 @@ class Context:
             current, status.Reason.store_unavailable, message, generation, self.now()
         )
         patch.status.update(status.changes(current, wanted))
+        return kopf.TemporaryError(
+            f"store unavailable: {outages.describe(error)}", delay=self.store_retry_seconds
+        )
 
 
 def _context(memo: Any) -> Context:
@@ -159,11 +165,7 @@ def _register_resources(registry: kopf.OperatorRegistry) -> None:
         except Exception as error:
             if not outages.is_outage(error):
                 raise
-            context.unavailable(body, patch, error)
-            raise kopf.TemporaryError(
-                f"store unavailable: {outages.describe(error)}",
-                delay=context.store_retry_seconds,
-            ) from error
+            raise context.unavailable(body, patch, error) from error
         context.stored(body, patch, applied)
         context.signals.reconciled.signal(key)
 
@@ -178,11 +180,7 @@ def _register_resources(registry: kopf.OperatorRegistry) -> None:
         except Exception as error:
             if not outages.is_outage(error):
                 raise
-            context.unavailable(body, patch, error)
-            raise kopf.TemporaryError(
-                f"store unavailable: {outages.describe(error)}",
-                delay=context.store_retry_seconds,
-            ) from error
+            raise context.unavailable(body, patch, error) from error
         if removed is not None:
             logger.info(
                 "deleted job %s/%s: %d pending run(s) cancelled, %d asked to stop",

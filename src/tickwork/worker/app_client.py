@@ -40,7 +40,7 @@ from tickwork.core import backoff, limits
 from tickwork.core.records import State
 from tickwork.worker import credentials
 from tickwork.worker.client import parse_instant
-from tickwork.worker.problems import ApiError, ApiUnreachable, Problem
+from tickwork.worker.problems import ApiError, ApiUnreachable, Problem, answer_object
 
 log: Final = logging.getLogger("tickwork.client")
 
@@ -352,18 +352,11 @@ def _read(call: _Call[_T], response: httpx.Response) -> _T:
     """The call's result from a 2xx answer; the ``ApiError`` of any other."""
     status, raw = response.status_code, response.content
     if not 200 <= status < 300:
-        try:
-            problem = Problem.from_json(orjson.loads(raw), status)
-        except orjson.JSONDecodeError:
-            problem = Problem.unparsed(status, raw.decode(errors="replace"))
-        raise ApiError.of(problem, retry_after=retry_after(response.headers.get("Retry-After")))
-    try:
-        answer = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ApiError(Problem.unparsed(status, raw.decode(errors="replace"))) from error
-    if not isinstance(answer, dict):
-        raise ApiError(Problem.unparsed(status, "the answer is not a JSON object"))
-    return call.read(status, answer)
+        raise ApiError.of(
+            Problem.of_answer(status, raw),
+            retry_after=retry_after(response.headers.get("Retry-After")),
+        )
+    return call.read(status, answer_object(status, raw, "the answer is not a JSON object"))
 
 
 def retry_after(value: str | None, now: Callable[[], datetime] | None = None) -> float | None:
@@ -489,6 +482,15 @@ class _Base:
             "content": call.body,
             "headers": headers,
         }
+
+    def _delay(self, call: _Call[Any], retry: int, failure: ApiError | ApiUnreachable) -> float:
+        """Seconds to wait before try ``retry`` + 1 of ``call`` (logged); ``failure``
+        raised when it is not tried again."""
+        delay = self._retries.delay(retry, failure)
+        if delay is None:
+            raise failure
+        _log_retry(call, retry, delay, failure)
+        return delay
 
     def _refreshed(self, response: httpx.Response) -> bool:
         """Refused with a token rotated since it was read: the file's new token."""
@@ -686,11 +688,7 @@ class Client(_Base):
                 except ApiError as error:
                     failure = error
             retry += 1
-            delay = self._retries.delay(retry, failure)
-            if delay is None:
-                raise failure
-            _log_retry(call, retry, delay, failure)
-            self._sleep(delay)
+            self._sleep(self._delay(call, retry, failure))
 
 
 class AsyncClient(_Base):
@@ -832,8 +830,4 @@ class AsyncClient(_Base):
                 except ApiError as error:
                     failure = error
             retry += 1
-            delay = self._retries.delay(retry, failure)
-            if delay is None:
-                raise failure
-            _log_retry(call, retry, delay, failure)
-            await self._sleep(delay)
+            await self._sleep(self._delay(call, retry, failure))

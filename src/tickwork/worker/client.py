@@ -27,7 +27,13 @@ import orjson
 
 from tickwork.core import limits
 from tickwork.worker import credentials
-from tickwork.worker.problems import ApiError, ApiUnreachable, Problem, is_transient
+from tickwork.worker.problems import (
+    ApiError,
+    ApiUnreachable,
+    Problem,
+    answer_object,
+    is_transient,
+)
 
 __all__ = [
     "ApiError",
@@ -312,21 +318,8 @@ class WorkerClient:
 
 def _answer(status: int, raw: bytes) -> dict[str, Any]:
     if status >= 400:
-        raise ApiError.of(_problem_of(status, raw))
-    try:
-        answer = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ApiError(Problem.unparsed(status, raw.decode(errors="replace"))) from error
-    if not isinstance(answer, dict):
-        raise ApiError(Problem.unparsed(status, "answer is not a JSON object"))
-    return answer
-
-
-def _problem_of(status: int, raw: bytes) -> Problem:
-    try:
-        return Problem.from_json(orjson.loads(raw), status)
-    except orjson.JSONDecodeError:
-        return Problem.unparsed(status, raw.decode(errors="replace"))
+        raise ApiError.of(Problem.of_answer(status, raw))
+    return answer_object(status, raw, "answer is not a JSON object")
 
 
 def _check_batch(items: Sequence[object], limit: int) -> None:

@@ -19,6 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+import orjson
+
 from tickwork.core import errors
 
 
@@ -72,6 +74,26 @@ class Problem:
     def unparsed(cls, status: int, text: str) -> Problem:
         """An error answer that was not problem+json (a proxy's error page, say)."""
         return cls(type="about:blank", title=f"HTTP {status}", status=status, detail=text[:500])
+
+    @classmethod
+    def of_answer(cls, status: int, raw: bytes) -> Problem:
+        """The problem an error answer's body holds, or its text when it holds none."""
+        try:
+            return cls.from_json(orjson.loads(raw), status)
+        except orjson.JSONDecodeError:
+            return cls.unparsed(status, raw.decode(errors="replace"))
+
+
+def answer_object(status: int, raw: bytes, not_an_object: str) -> dict[str, Any]:
+    """The JSON object a 2xx answer's body holds; an ``ApiError`` (``not_an_object`` its
+    detail when the body is JSON of another kind) when it holds none."""
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ApiError(Problem.unparsed(status, raw.decode(errors="replace"))) from error
+    if not isinstance(answer, dict):
+        raise ApiError(Problem.unparsed(status, not_an_object))
+    return answer
 
 
 _RETRIED_STATUSES: Final = frozenset({errors.QuotaExceeded.status, errors.RequestTimeout.status})

@@ -13,7 +13,7 @@ from tickwork.core import limits
 from tickwork.store import leases
 from tickwork.worker import client, runner
 
-DOCS = Path(__file__).parent.parent / "docs" / "http-api.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "http-api.md"
 _ROW = re.compile(r"^\| `([A-Z_]+)` \| ([0-9.]+)\b")
 
 
