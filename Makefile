@@ -38,7 +38,8 @@ unit: $(STAMP) ## the whole test suite (no lint)
 unit-fast: $(STAMP) ## the unit tier only (tests/unit: no database, no sockets), in seconds
 	$(BIN)/pytest tests/unit
 
-test: lint unit ## lint and the whole suite: what CI runs
+# bench-smoke: benchmarks stay out of the timed suite; CI still sees every case run.
+test: lint unit bench-smoke ## lint, the whole suite and the benchmarks' smoke run: what CI runs
 
 # The rules rendered with the default values, where the unit tests' rule_files point.
 alerts: $(STAMP) ## promtool's unit tests of every alert of the chart (needs Debian's prometheus package)
