@@ -21,9 +21,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from unit.test_cron_dst_policy import schedule, utc
 
 from tickwork.core import zones
-from tickwork.core.cron import CronSchedule, DstPolicy, DstRepeated, DstSkipped
+from tickwork.core.cron import DstRepeated, DstSkipped
 
 MINUTE = timedelta(minutes=1)
 # Wide enough that the other occurrence of any wall time shown in the window, and any
@@ -136,19 +137,6 @@ def oracle(
                     break
                 missing += MINUTE
     return sorted(fire for fire in fires if start < fire <= end)
-
-
-def utc(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-
-
-def schedule(
-    expression: str,
-    zone: str = BERLIN,
-    repeated: DstRepeated | None = None,
-    skipped: DstSkipped | None = None,
-) -> CronSchedule:
-    return CronSchedule.parse(expression, zone, DstPolicy(repeated, skipped))
 
 
 # --- the oracle, on the documented defaults ---------------------------------------------
