@@ -18,7 +18,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from bench import Context, Row, Table, register
-from bench.harness import scaled
+from bench.harness import percentile, scaled
 from tickwork.coordination.ownership import Fixed
 from tickwork.core.operations import Action, OperationState, checked
 from tickwork.core.settings import SchedulerSettings
@@ -126,11 +126,6 @@ async def _measure_lag(
     await asyncio.gather(producer(), worker())
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
-
-
 def _median_ms(values: list[float]) -> float | None:
     # None (a blank cell) when a phase too short for a lease to finish had no runs.
     return 1000 * statistics.median(values) if values else None
@@ -199,7 +194,7 @@ async def bulk_replay(context: Context) -> list[Table]:
     done_state = (OperationState.done, dead_runs, dead_runs)
     assert (found.state, found.total, found.processed) == done_state
     assert (ready, dead, audited) == (dead_runs, 0, 1), (ready, dead, audited)
-    p99 = _percentile(during, 0.99)
+    p99 = percentile(during, 0.99)
     context.figures["bulk_replay_runs_per_s"] = dead_runs / took
     context.figures["bulk_other_tenant_p99_start_lag_s"] = p99
     rows: list[Row] = [
@@ -207,7 +202,7 @@ async def bulk_replay(context: Context) -> list[Table]:
             "phase": "before the replay",
             "other tenant's runs": len(baseline),
             "start lag p50 ms": _median_ms(baseline),
-            "start lag p99 ms": 1000 * _percentile(baseline, 0.99),
+            "start lag p99 ms": 1000 * percentile(baseline, 0.99),
             "replayed": 0,
             "seconds": 0.0,
         },

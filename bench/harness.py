@@ -17,9 +17,10 @@ import contextlib
 import math
 import os
 import shutil
+import statistics
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -95,3 +96,11 @@ def scaled(count: int, *, least: int = 0) -> int:
     """``count`` times the scale, and at least ``least``: the size under which a case
     would have nothing left to measure."""
     return max(least, round(count * scale()))
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` quantile of ``values`` (inclusive method, as every table of the
+    bench reads them); the value itself for one, 0 for none."""
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]

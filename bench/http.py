@@ -28,12 +28,11 @@ import os
 import secrets
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any, Final
@@ -43,7 +42,8 @@ import asyncpg
 import orjson
 
 from bench import Context, Row, Table, ceiling, cpu, register
-from bench.harness import scaled
+from bench import wakeup as wakeups
+from bench.harness import percentile, scaled
 from tickwork.core.shards import ShardMap
 from tickwork.store import database
 from tickwork.worker import RunContext, RunResult, Worker
@@ -57,6 +57,7 @@ FLOOD = 100_000
 PRELOAD_PER_SECOND: Final = {1: 5_000, 100: 62_500}
 PROCESSES = (1, 4)  # worker processes of (c)
 WAKEUPS = 200  # samples of (e), and of the one-row commit next to it
+LEASE_SECONDS: Final = 60.0  # of (e)'s leases: the claim began this long before expiry
 SINGLE_ENQUEUES = 300
 ADMIN = "bench-admin-" + secrets.token_hex(8)
 TEAM = "bench-team-" + secrets.token_hex(8)
@@ -478,51 +479,95 @@ def enqueue_case(context: Context) -> list[Table]:
 # --- (e) idle wake-up -------------------------------------------------------------------
 
 
-async def wakeup(url: str, samples: int = WAKEUPS) -> list[float]:
-    """Seconds from the enqueue call to the handler's start, one run at a time."""
-    started: dict[int, float] = {}
+async def wakeup(url: str, samples: int = WAKEUPS) -> list[wakeups.Part]:
+    """Seconds from the enqueue call to the handler's start, one run at a time, and
+    its three parts (see ``bench.wakeup``)."""
+    started: dict[int, tuple[float, float]] = {}
     seen = asyncio.Event()
 
     async def handle(context: RunContext) -> None:
         # On the event loop: a plain function would run in a thread, and an asyncio
         # Event set from there wakes nobody until the loop next turns.
-        started[context.payload["n"]] = time.perf_counter()
+        expires = context.lease_expires_at
+        assert expires is not None  # a leased run's lease has an end
+        claimed = expires.timestamp() - LEASE_SECONDS
+        started[context.payload["n"]] = (time.time(), claimed)
         seen.set()
 
-    worker = Worker(url, ADMIN, queues=["wake"], concurrency=1, wait_seconds=20)
+    worker = Worker(
+        url, ADMIN, queues=["wake"], concurrency=1, wait_seconds=20, lease_seconds=LEASE_SECONDS
+    )
     worker.register(handle)
     task = asyncio.create_task(worker.run())
-    waits = []
+    whole: list[float] = []
+    call: list[float] = []
+    woken: list[float] = []
+    handed: list[float] = []
     try:
         async with _session(TEAM) as session:
             await _put_job(session, url, "wake", {"queue": "wake"})
             await asyncio.sleep(0.5)  # the worker is long-polling now
-            for n in range(samples + 10):
+            for n in range(samples + wakeups.WARM_UP):
                 seen.clear()
-                sent = time.perf_counter()
+                sent = time.time()
                 body = orjson.dumps({"payload": {"n": n}})
                 async with session.post(f"{url}/v1/jobs/wake/runs", data=body) as answer:
                     await answer.read()
+                enqueued = time.time()
                 await asyncio.wait_for(seen.wait(), 10)
-                if n >= 10:  # the first few warm the connections and plans
-                    waits.append(started[n] - sent)
+                if n >= wakeups.WARM_UP:
+                    handler, claimed = started[n]
+                    whole.append(handler - sent)
+                    call.append(enqueued - sent)
+                    woken.append(claimed - enqueued)
+                    handed.append(handler - claimed)
                 await asyncio.sleep(0.02)  # idle again: the worker is back in its long-poll
     finally:
         worker.stop(force=True)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 30)
-    return waits
+    return [
+        wakeups.Part("tickwork: enqueue call -> handler start", whole),
+        wakeups.Part("  enqueue call answered (HTTP, INSERT, commit + NOTIFY)", call),
+        wakeups.Part("  answered -> the dispatcher's claim begins (NOTIFY, wake-up)", woken),
+        wakeups.Part("  claim begins -> handler start (claim, answer, SDK dispatch)", handed),
+    ]
+
+
+async def lease_calls(url: str, samples: int) -> wakeups.Part:
+    """Seconds per ``POST /v1/lease`` of one ready run, answered at once: the claim
+    and the answer of a wake-up without its wait, a reference for the last part."""
+    async with _session(TEAM) as session:
+        await _put_job(session, url, "once", {"queue": "once"})
+        runs = orjson.dumps({"runs": [{"payload": {}}] * (samples + wakeups.WARM_UP)})
+        async with session.post(f"{url}/v1/jobs/once/runs:batch", data=runs) as answer:
+            if answer.status != 200:
+                raise RuntimeError(f"batch enqueue: {answer.status} {await answer.text()}")
+    lease = orjson.dumps(
+        {
+            "queues": ["once"],
+            "max": 1,
+            "waitSeconds": 0,
+            "leaseSeconds": LEASE_SECONDS,
+            "workerId": "bench-once",
+        }
+    )
+    times = []
+    async with _session(ADMIN) as session:
+        for n in range(samples + wakeups.WARM_UP):
+            sent = time.perf_counter()
+            async with session.post(f"{url}/v1/lease", data=lease) as answer:
+                if answer.status != 200:
+                    raise RuntimeError(f"lease: {answer.status} {await answer.text()}")
+                await answer.read()
+            if n >= wakeups.WARM_UP:
+                times.append(time.perf_counter() - sent)
+    return wakeups.Part("  reference: a lease call answered at once (claim + answer)", times)
 
 
 def wakeup_samples() -> int:
     """How many wake-ups (and one-row commits) to time: ``WAKEUPS`` at full scale."""
     return scaled(WAKEUPS, least=10)
-
-
-def percentile(values: Sequence[float], fraction: float) -> float:
-    if len(values) < 2:
-        return values[0] if values else 0.0
-    return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
 
 
 # --- (f) start lag at 80 % load ---------------------------------------------------------
@@ -683,34 +728,36 @@ async def _checkpoint(database_url: str) -> None:
 
 def _wakeup_figures(context: Context, url: str, shard_map: ShardMap) -> Table:
     figures = context.figures
+    samples = wakeup_samples()
     asyncio.run(clear(shard_map))
     # Idle means idle: the loads before this one left dirty pages and WAL whose
     # checkpoint would otherwise land in the middle of the samples, stalling commits.
     asyncio.run(_checkpoint(context.database_url))
-    commits = asyncio.run(ceiling.commit_latency(context.database_url, wakeup_samples()))
-    waits = asyncio.run(wakeup(url, wakeup_samples()))
+    commits = asyncio.run(ceiling.commit_latency(context.database_url, samples))
+    with wakeups.bare_server(context.database_url) as bare_url:
+        bare = asyncio.run(wakeups.bare_wakeups(context.database_url, bare_url, samples))
+    parts = asyncio.run(wakeup(url, samples))
+    reference = asyncio.run(lease_calls(url, samples))
+    waits, bare_waits = parts[0].seconds, bare[0].seconds
     figures["wakeup_p50_ms"] = round(percentile(waits, 0.5) * 1000, 2)
     figures["wakeup_p99_ms"] = round(percentile(waits, 0.99) * 1000, 2)
+    figures["bare_wakeup_p50_ms"] = round(percentile(bare_waits, 0.5) * 1000, 2)
+    figures["bare_wakeup_p99_ms"] = round(percentile(bare_waits, 0.99) * 1000, 2)
+    figures["wakeup_p99_vs_bare"] = round(
+        percentile(waits, 0.99) / max(percentile(bare_waits, 0.99), 1e-6), 2
+    )
     figures["commit_p50_ms"] = round(percentile(commits, 0.5) * 1000, 2)
     figures["commit_p99_ms"] = round(percentile(commits, 0.99) * 1000, 2)
     return Table(
-        "(e) idle wake-up: enqueue call -> handler start, through the long-poll",
-        [
-            {
-                "what": "enqueue -> handler start",
-                "samples": len(waits),
-                "p50 ms": figures["wakeup_p50_ms"],
-                "p99 ms": figures["wakeup_p99_ms"],
-            },
-            {
-                "what": "baseline: one-row INSERT + COMMIT",
-                "samples": len(commits),
-                "p50 ms": figures["commit_p50_ms"],
-                "p99 ms": figures["commit_p99_ms"],
-            },
-        ],
+        "(e) idle wake-up: enqueue call -> handler start, through the long-poll, in parts",
+        wakeups.part_rows(
+            [*parts, reference, *bare, wakeups.Part("baseline: one-row INSERT + COMMIT", commits)]
+        ),
         notes=[
-            "a wake-up waits for at least two WAL flushes: the enqueue's, the claim's",
+            "a wake-up waits for at least two WAL flushes: the enqueue's, the claim's; "
+            "the bare path's for one",
+            "the claim's start is the dispatcher's clock (lease expiry less its length); "
+            "the other times are the bench's, on the same machine",
             "measured after a CHECKPOINT: the earlier loads' writes are flushed before the samples",
         ],
     )
@@ -724,14 +771,27 @@ def _best(throughput: list[Row]) -> Row:
     )
 
 
+def record_lease_figures(figures: dict[str, float], throughput: list[Row]) -> None:
+    """The headline figures of (c): 4 processes at batch 100, its rate as a ratio to
+    the raw loop, and the CPU each process spends per run, PostgreSQL's as a ratio to
+    the raw loop's (the budgets of the summary)."""
+    best = _best(throughput)
+    figures["http_runs_per_s"] = best["http runs/s"]
+    figures["http_vs_ceiling"] = best["vs ceiling"]
+    for role, column in (("worker", "workers us/run"), ("dispatcher", "dispatcher us/run")):
+        if best.get(column) is not None:
+            figures[f"http_{role}_us_per_run"] = best[column]
+    if best.get("PG us/run") and best.get("ceiling PG us/run"):
+        figures["http_pg_us_per_run"] = best["PG us/run"]
+        figures["http_pg_vs_ceiling_pg"] = round(best["PG us/run"] / best["ceiling PG us/run"], 2)
+
+
 @register("http-lease", "(c) alone: lease + complete through HTTP", default=False)
 def lease_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(migrate(context.database_url))
     with dispatcher(context.database_url) as url, sdk_pool() as pool:
         throughput = lease_complete(pool, url, context.database_url, shard_map, context.seconds)
-    best = _best(throughput)
-    context.figures["http_runs_per_s"] = best["http runs/s"]
-    context.figures["http_vs_ceiling"] = best["vs ceiling"]
+    record_lease_figures(context.figures, throughput)
     return [_throughput_table(throughput)]
 
 
@@ -749,9 +809,8 @@ def http_case(context: Context) -> list[Table]:
     figures = context.figures
     with dispatcher(context.database_url) as url, sdk_pool() as pool:
         throughput = lease_complete(pool, url, context.database_url, shard_map, seconds)
+        record_lease_figures(figures, throughput)
         best = _best(throughput)
-        figures["http_runs_per_s"] = best["http runs/s"]
-        figures["http_vs_ceiling"] = best["vs ceiling"]
 
         enqueue_row = enqueue_figures(url, context.database_url, shard_map, seconds)
         figures["enqueue_runs_per_s"] = enqueue_row["http runs/s"]

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import time
 from dataclasses import dataclass
 
 import asyncpg
 
 from bench import Context, Row, Table, ceiling, cpu, register
-from bench.harness import scaled
+from bench.harness import percentile, scaled
 from tickwork.core.records import Completed, Completion, Outcome, State
 from tickwork.core.shards import Shard
 from tickwork.store import database, leases
@@ -143,12 +142,6 @@ def _succeeded(answer: object) -> bool:
     return isinstance(answer, Completed) and answer.state is State.succeeded
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    if len(values) < 2:
-        return values[0] if values else 0.0
-    return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
-
-
 @register("store", "(b) claim + complete straight against one shard, 2 connections, no HTTP")
 async def claim_complete(context: Context) -> list[Table]:
     shard = (await context.migrate(1))[0]
@@ -182,8 +175,8 @@ async def claim_complete(context: Context) -> list[Table]:
                 "runs/s": round(result.rate),
                 "ceiling runs/s": round(ceiling_rate),
                 "vs ceiling": round(result.rate / ceiling_rate, 2),
-                "cycle p50 ms": round(_percentile(result.cycles, 0.5) * 1000, 2),
-                "cycle p99 ms": round(_percentile(result.cycles, 0.99) * 1000, 2),
+                "cycle p50 ms": round(percentile(result.cycles, 0.5) * 1000, 2),
+                "cycle p99 ms": round(percentile(result.cycles, 0.99) * 1000, 2),
                 **used,
                 "ceiling PG us/run": ceiling_pg,
             }

@@ -1,0 +1,144 @@
+"""(e) idle wake-up in parts, next to the bare path it is held to.
+
+tickwork's wake-up (``bench.http``) runs from the enqueue call to the handler's start.
+Its parts come from three clocks that are one here (the dispatcher and the bench run
+on the same machine): the bench's when it sends the enqueue and when the answer comes
+back, the dispatcher's when its claim begins (the lease's expiry less its length), and
+the bench's again when the handler starts.
+
+The baseline is the same path with everything tickwork adds taken out
+(``bench.bare_longpoll``): one statement that inserts a row and notifies, a LISTEN
+connection in a uvicorn process, a long-poll answered with the notification, and a
+client loop in this process. Its p99 is measured in the same run, on the same server,
+just before tickwork's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import aiohttp
+import asyncpg
+
+from bench import Row
+from bench.bare_longpoll import CHANNEL
+from bench.harness import percentile
+
+SETUP: Final = "CREATE TABLE IF NOT EXISTS bare_wakeup (id bigserial PRIMARY KEY, payload text)"
+# One statement, so one transaction: the row and its notification commit together, as
+# a queue's enqueue must (a notification for a row not yet visible wakes a poller that
+# finds nothing).
+ENQUEUE: Final = """
+WITH made AS (INSERT INTO bare_wakeup (payload) VALUES ($1) RETURNING payload)
+SELECT pg_notify($2, payload) FROM made
+"""
+WARM_UP: Final = 10  # samples that warm connections and plans, not counted
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One leg of a wake-up: its name and seconds per sample."""
+
+    what: str
+    seconds: Sequence[float]
+
+
+def part_rows(parts: Sequence[Part]) -> list[Row]:
+    """A table row per part: samples, p50 and p99 in milliseconds."""
+    return [
+        {
+            "what": part.what,
+            "samples": len(part.seconds),
+            "p50 ms": round(percentile(part.seconds, 0.5) * 1000, 2),
+            "p99 ms": round(percentile(part.seconds, 0.99) * 1000, 2),
+        }
+        for part in parts
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def bare_server(database_url: str) -> Iterator[str]:
+    """A ``bench.bare_longpoll`` process on 127.0.0.1; yields its URL once it answers."""
+    port = _free_port()
+    process = subprocess.Popen(  # noqa: S603 - our own module
+        [sys.executable, "-m", "bench.bare_longpoll", database_url, str(port)]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the bare long-poll server did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+async def bare_wakeups(database_url: str, url: str, samples: int) -> list[Part]:
+    """Seconds from the enqueue statement's call to the client loop holding the
+    answer, one at a time, in two parts: the statement (insert, notify, commit) and the
+    rest (the notification's delivery, the long-poll's answer)."""
+    conn = await asyncpg.connect(database_url)
+    answered: dict[str, float] = {}
+    arrived = asyncio.Event()
+
+    async def poll(session: aiohttp.ClientSession) -> None:
+        while True:
+            async with session.get(f"{url}/poll") as answer:
+                body = await answer.text()
+            if answer.status == 200:
+                answered[body] = time.perf_counter()
+                arrived.set()
+
+    whole: list[float] = []
+    statement: list[float] = []
+    rest: list[float] = []
+    try:
+        await conn.execute(SETUP)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            poller = asyncio.create_task(poll(session))
+            try:
+                await asyncio.sleep(0.5)  # the client loop is long-polling now
+                for n in range(samples + WARM_UP):
+                    arrived.clear()
+                    sent = time.perf_counter()
+                    await conn.execute(ENQUEUE, str(n), CHANNEL)
+                    committed = time.perf_counter()
+                    await asyncio.wait_for(arrived.wait(), 10)
+                    if n >= WARM_UP:
+                        got = answered[str(n)]
+                        whole.append(got - sent)
+                        statement.append(committed - sent)
+                        rest.append(got - committed)
+                    await asyncio.sleep(0.02)  # idle again: the loop is back in its poll
+            finally:
+                poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poller
+    finally:
+        await conn.close()
+    return [
+        Part("bare: enqueue statement -> client loop has the answer", whole),
+        Part("  enqueue statement (INSERT + NOTIFY, commit)", statement),
+        Part("  commit -> client loop has the answer (NOTIFY, long-poll answer)", rest),
+    ]
