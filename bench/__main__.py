@@ -37,6 +37,7 @@ MODULES: tuple[str, ...] = (
     "bench.dashboard",
     "bench.status_feed",
     "bench.bulk",
+    "bench.faults",
 )
 RESULTS = Path(__file__).resolve().parent.parent / "bench-results.json"
 # The headline figures, in the order of the summary, with what each is compared to.
@@ -71,6 +72,11 @@ SUMMARY: tuple[tuple[str, str, str], ...] = (
     ),
     ("bulk_replay_runs_per_s", "(i) bulk replay of 50 000 dead runs, runs/s", ""),
     ("spike_all_leased_s", "(h) 100k cron runs at one minute: all leased after, s", "<= 65"),
+    ("hung_shard_enqueue_p99_ms", "(j) enqueue p99 with one shard hung, ms", ""),
+    ("hung_shard_lease_p99_ms", "(j) lease p99 with one shard hung, ms", ""),
+    # readiness_timeout_seconds (1 s) bounds the wait for the hung shard's answer.
+    ("hung_shard_readyz_p99_ms", "(j) /readyz p99 with one shard hung, ms", "<= 1100"),
+    ("healed_shard_leased_after_s", "(j) a healed shard's run leased after, s", ""),
 )
 # How a target reads: the comparison, then the bound.
 COMPARISONS: Final[dict[str, Callable[[float, float], bool]]] = {

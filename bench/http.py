@@ -317,7 +317,7 @@ def lease_complete(
 # --- (d) batch enqueue ------------------------------------------------------------------
 
 
-async def _put_job(
+async def put_job(
     session: aiohttp.ClientSession, url: str, name: str, spec: dict[str, Any]
 ) -> None:
     async with session.put(f"{url}/v1/jobs/{name}", data=orjson.dumps(spec)) as response:
@@ -325,7 +325,7 @@ async def _put_job(
             raise RuntimeError(f"PUT job {name}: {response.status} {await response.text()}")
 
 
-def _session(token: str) -> aiohttp.ClientSession:
+def api_session(token: str) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     )
@@ -333,8 +333,8 @@ def _session(token: str) -> aiohttp.ClientSession:
 
 async def batch_enqueue(url: str, seconds: float, clients: int = 2) -> float:
     body = orjson.dumps({"runs": [{"payload": {"n": n}} for n in range(1000)]})
-    async with _session(TEAM) as session:
-        await _put_job(session, url, "sink", {"queue": "sink"})
+    async with api_session(TEAM) as session:
+        await put_job(session, url, "sink", {"queue": "sink"})
 
         async def loop(deadline: float) -> int:
             done = 0
@@ -355,8 +355,8 @@ async def single_enqueue(url: str, samples: int = SINGLE_ENQUEUES) -> list[float
     """Seconds per ``POST /v1/jobs/{name}/runs`` of one run, one call at a time: the
     first half of every wake-up."""
     body = orjson.dumps({"payload": {"n": 1}})
-    async with _session(TEAM) as session:
-        await _put_job(session, url, "single", {"queue": "single"})
+    async with api_session(TEAM) as session:
+        await put_job(session, url, "single", {"queue": "single"})
         times = []
         for n in range(samples + 20):
             sent = time.perf_counter()
@@ -504,8 +504,8 @@ async def wakeup(url: str, samples: int = WAKEUPS) -> list[wakeups.Part]:
     woken: list[float] = []
     handed: list[float] = []
     try:
-        async with _session(TEAM) as session:
-            await _put_job(session, url, "wake", {"queue": "wake"})
+        async with api_session(TEAM) as session:
+            await put_job(session, url, "wake", {"queue": "wake"})
             await asyncio.sleep(0.5)  # the worker is long-polling now
             for n in range(samples + wakeups.WARM_UP):
                 seen.clear()
@@ -537,8 +537,8 @@ async def wakeup(url: str, samples: int = WAKEUPS) -> list[wakeups.Part]:
 async def lease_calls(url: str, samples: int) -> wakeups.Part:
     """Seconds per ``POST /v1/lease`` of one ready run, answered at once: the claim
     and the answer of a wake-up without its wait, a reference for the last part."""
-    async with _session(TEAM) as session:
-        await _put_job(session, url, "once", {"queue": "once"})
+    async with api_session(TEAM) as session:
+        await put_job(session, url, "once", {"queue": "once"})
         runs = orjson.dumps({"runs": [{"payload": {}}] * (samples + wakeups.WARM_UP)})
         async with session.post(f"{url}/v1/jobs/once/runs:batch", data=runs) as answer:
             if answer.status != 200:
@@ -553,7 +553,7 @@ async def lease_calls(url: str, samples: int) -> wakeups.Part:
         }
     )
     times = []
-    async with _session(ADMIN) as session:
+    async with api_session(ADMIN) as session:
         for n in range(samples + wakeups.WARM_UP):
             sent = time.perf_counter()
             async with session.post(f"{url}/v1/lease", data=lease) as answer:
@@ -653,9 +653,9 @@ async def _fairness_phase(
     """B's start lags (s) while B enqueues 10 critical runs/s, with A's flood or not;
     with ``settle``, once A's runs hold their slots, and until B's last runs started."""
     await clear(shard_map)
-    async with _session(TEAM_A) as a, _session(TEAM_B) as b:
-        await _put_job(a, url, "slow", {"queue": QUEUE, "priority": "bulk", "concurrency": 50})
-        await _put_job(b, url, "urgent", {"queue": QUEUE, "priority": "critical"})
+    async with api_session(TEAM_A) as a, api_session(TEAM_B) as b:
+        await put_job(a, url, "slow", {"queue": QUEUE, "priority": "bulk", "concurrency": 50})
+        await put_job(b, url, "urgent", {"queue": QUEUE, "priority": "critical"})
         if flood:
             await preload(
                 shard_map,
