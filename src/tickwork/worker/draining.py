@@ -38,7 +38,7 @@ async def drain(session: Session) -> None:
     if session.tasks:
         log.warning(
             "drain timeout: cancelling %d handler(s)",
-            len(session.tasks),
+            session.running,
             extra={"action": "drain-timeout"},
         )
         for task in session.tasks:

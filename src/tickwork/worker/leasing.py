@@ -74,8 +74,7 @@ async def lease_loop(session: Session) -> ApiError | None:
         finally:
             session.lease_call = None
         backoff.reset()
-        for lease in leases:
-            execution.start(session, lease)
+        execution.start_all(session, leases)
         if not leases and settings.wait_seconds == 0:
             await session.pause(IDLE_PAUSE_SECONDS)
     return None

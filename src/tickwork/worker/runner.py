@@ -148,7 +148,7 @@ class Worker:
     @property
     def in_flight(self) -> int:
         """Handlers running now."""
-        return 0 if self._session is None else len(self._session.tasks)
+        return 0 if self._session is None else self._session.running
 
     def run_forever(self, *, install_signal_handlers: bool = True) -> None:
         """Run in a new event loop until stopped (SIGTERM/SIGINT drain by default)."""
@@ -249,7 +249,7 @@ class Worker:
             log.info(
                 "worker %s stopping: draining %d run(s)%s",
                 self.settings.worker_id,
-                len(session.tasks),
+                session.running,
                 f", after the pending lease call (up to {self.settings.wait_seconds:g}s)"
                 if polling
                 else "",

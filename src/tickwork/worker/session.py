@@ -85,7 +85,10 @@ class Session:
         self.complete_wakeup = asyncio.Event()
         self.completions_idle = asyncio.Event()
         self.completions_idle.set()
-        self.tasks: set[asyncio.Task[None]] = set()  # one per running handler
+        # Tasks running handlers: one per run, or one per leased batch of plain
+        # functions (see execution); ``running`` counts the runs whose handler runs.
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.running = 0
         self.held: dict[str, Held] = {}  # every run whose lease is held, by run id
         self.pending: list[Held] = []  # finished runs whose completion is not sent yet
         self.lease_call: asyncio.Task[list[Lease]] | None = None
@@ -93,7 +96,7 @@ class Session:
 
     @property
     def free_slots(self) -> int:
-        return self.settings.concurrency - len(self.tasks)
+        return self.settings.concurrency - self.running
 
     def report(
         self,
