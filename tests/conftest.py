@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import pytest
 from kube.fixtures import kube  # noqa: F401  (the emulated Kubernetes API)
+from pg_server import migrated_template, scratch_database, server
 
 from tickwork.api.app import create_app
-from tickwork.api.auth import Role, StaticTokens, TokenEntry
+from tickwork.api.auth import Authenticator, Role, StaticTokens, TokenEntry
 from tickwork.api.server import HttpServer
 from tickwork.api.services import Services
 from tickwork.core.clock import FrozenClock
@@ -34,78 +30,29 @@ from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
-from tickwork.store import migrate
 from tickwork.store.database import Database
 
 TEST_SHARDS = 4
 # One template per xdist worker: workers may share an external server.
 TEMPLATE = "tickwork_template" + os.environ.get("PYTEST_XDIST_WORKER", "")
-_names = itertools.count()
-
-
-def with_database(url: str, name: str) -> str:
-    """``url`` pointing at database ``name`` (keeps host, socket and credentials)."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
-    external = os.environ.get("TICKWORK_TEST_DATABASE_URL")
-    if external:
-        yield external
-        return
-    import pgserver
-
-    folder = tempfile.mkdtemp(prefix="tickwork-test-pg-")
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    try:
-        # A throwaway server: durability buys nothing here, and every test clones and
-        # drops a database. The fault tests that crash PostgreSQL run their own server.
-        server.psql(
-            "ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET synchronous_commit = off; "
-            "ALTER SYSTEM SET full_page_writes = off; SELECT pg_reload_conf();"
-        )
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
+    # A throwaway server: durability buys nothing here, and every test clones and drops
+    # a database. The fault tests that crash PostgreSQL run their own server.
+    with server(
+        "tickwork-test-pg-",
+        "ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET synchronous_commit = off; "
+        "ALTER SYSTEM SET full_page_writes = off; SELECT pg_reload_conf();",
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
 async def template_url(server_url: str) -> str:
     """A database with every test shard migrated, cloned by each test."""
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
-        await admin.execute(f'CREATE DATABASE "{TEMPLATE}"')
-    finally:
-        await admin.close()
-    url = with_database(server_url, TEMPLATE)
-    await migrate.migrate_all(ShardMap.from_dsns([url], TEST_SHARDS).shards)
-    return url
-
-
-@contextlib.asynccontextmanager
-async def scratch_database(
-    server_url: str, prefix: str, template: str | None = None
-) -> AsyncIterator[str]:
-    """A new database (empty, or a clone of ``template``), dropped afterwards."""
-    name = f"{prefix}_{os.getpid()}_{next(_names)}"
-    clone = f' TEMPLATE "{template}"' if template else ""
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"{clone}')
-    finally:
-        await admin.close()
-    try:
-        yield with_database(server_url, name)
-    finally:
-        admin = await asyncpg.connect(server_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+    return await migrated_template(server_url, TEMPLATE, TEST_SHARDS)
 
 
 @pytest.fixture
@@ -187,6 +134,19 @@ class ApiServer:
         return {"Authorization": f"Bearer {token}"}
 
 
+def services_over(
+    database: Database, authenticator: Authenticator | None = None, **settings: Any
+) -> Services:
+    """The API's services over ``database``: the test tokens unless told otherwise, and
+    ``settings`` for ``ApiSettings``."""
+    return Services(
+        engine=Installation.over(database),
+        authenticator=test_tokens() if authenticator is None else authenticator,
+        metrics=Metrics(),
+        settings=ApiSettings(**settings),
+    )
+
+
 @contextlib.asynccontextmanager
 async def served(services: Services, limits: EdgeSettings | None = None) -> AsyncIterator[str]:
     """The app over ``services`` served on 127.0.0.1 (port 0): its URL, while it runs."""
@@ -202,20 +162,11 @@ async def served(services: Services, limits: EdgeSettings | None = None) -> Asyn
 async def api_server(database: Database) -> AsyncIterator[ApiServer]:
     """The API served over HTTP. ``api_server.scheduler.pass_once()`` runs one scheduler
     pass (due flip, reaper) on demand; no background loop runs unless a test starts one."""
-    services = Services(
-        engine=Installation.over(database),
-        authenticator=test_tokens(),
-        metrics=Metrics(),
-        # Tests send unknown tokens by the hundred from one address; the throttle of
-        # failed authentications has tests of its own (tests/api/test_throttle.py).
-        settings=ApiSettings(auth_failure_rate=0),
-    )
-    server = HttpServer(create_app(services), port=0)
-    url = await server.start()
-    try:
+    # Tests send unknown tokens by the hundred from one address; the throttle of failed
+    # authentications has tests of its own (tests/api/test_throttle.py).
+    services = services_over(database, auth_failure_rate=0)
+    async with served(services) as url:
         yield ApiServer(url=url, services=services, scheduler=Scheduler(database))
-    finally:
-        await server.stop()
 
 
 # Loop iterations a test's own tasks get, once it and its fixtures are done, to finish

@@ -17,7 +17,7 @@ from tickwork.core.settings import SchedulerSettings
 from tickwork.engine import operations
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
 from tickwork.engine.jobs import Jobs
-from tickwork.engine.operations import Operations
+from tickwork.engine.operations import Operation, Operations
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store import epochs
 from tickwork.store import operations as store
@@ -50,6 +50,18 @@ async def seeded(database: Database) -> Database:
     await seed_dead(database, TENANT, "import-x", 7, T1, "a timeout", 5)
     await seed_dead(database, OTHER, "export-a", 4, T1, "Timeout talking to DB", 3)
     return database
+
+
+@pytest.fixture
+def ops(seeded: Database, clock: FrozenClock) -> Operations:
+    """Bulk operations over the seeded runs."""
+    return Operations(seeded, clock)
+
+
+@pytest.fixture
+async def replay(ops: Operations) -> Operation:
+    """A bulk replay of every seeded dead run, made and not worked on yet."""
+    return await ops.create(TENANT, Action.replay, checked(action=Action.replay), "alice")
 
 
 @pytest.mark.parametrize(
@@ -106,9 +118,8 @@ def test_a_glob_is_escaped_for_like() -> None:
 
 
 async def test_a_bulk_replay_replays_every_match_once_and_is_audited_once(
-    seeded: Database, clock: FrozenClock
+    seeded: Database, clock: FrozenClock, ops: Operations
 ) -> None:
-    ops = Operations(seeded, clock)
     made = await ops.create(TENANT, Action.replay, checked(action=Action.replay), "alice")
     assert (made.state, made.total, made.processed, made.percent) == (
         OperationState.running,
@@ -140,9 +151,8 @@ async def test_a_bulk_replay_replays_every_match_once_and_is_audited_once(
 
 
 async def test_a_bulk_discard_and_one_with_nothing_to_do(
-    seeded: Database, clock: FrozenClock
+    seeded: Database, clock: FrozenClock, ops: Operations
 ) -> None:
-    ops = Operations(seeded, clock)
     found = checked(action=Action.discard, job="export-b")
     made = await ops.create(TENANT, Action.discard, found, "alice")
     await run_to_end(Scheduler(seeded, clock=clock), ops, made.id)
@@ -155,9 +165,8 @@ async def test_a_bulk_discard_and_one_with_nothing_to_do(
 
 
 async def test_runs_dead_after_the_operation_was_made_are_left(
-    seeded: Database, clock: FrozenClock
+    seeded: Database, clock: FrozenClock, ops: Operations
 ) -> None:
-    ops = Operations(seeded, clock)
     clock.set(T2 + timedelta(hours=1))
     made = await ops.create(TENANT, Action.replay, checked(action=Action.replay), "alice")
     await seed_dead(seeded, TENANT, "export-a", 3, T2 + timedelta(hours=2))
@@ -166,9 +175,8 @@ async def test_runs_dead_after_the_operation_was_made_are_left(
 
 
 async def test_cancelling_stops_it_and_keeps_what_was_done(
-    seeded: Database, clock: FrozenClock
+    seeded: Database, clock: FrozenClock, ops: Operations
 ) -> None:
-    ops = Operations(seeded, clock)
     found = checked(action=Action.replay, job="export-a")
     made = await ops.create(TENANT, Action.replay, found, "alice")
     shard = seeded.shard_map.shard_of(TENANT, "export-a")
@@ -238,16 +246,16 @@ async def test_an_interrupted_operation_resumes_on_the_next_owner_exactly_once(
         assert run.state is State.dead
 
 
-async def test_a_deposed_schedulers_batch_is_refused(seeded: Database, clock: FrozenClock) -> None:
-    ops = Operations(seeded, clock)
-    made = await ops.create(TENANT, Action.replay, checked(action=Action.replay), "alice")
+async def test_a_deposed_schedulers_batch_is_refused(
+    seeded: Database, clock: FrozenClock, ops: Operations, replay: Operation
+) -> None:
     shard = seeded.shard_map.shard_of(TENANT, "export-a")
     async with seeded.connection(shard) as conn:
         old = await epochs.take(conn, "old", clock.now())
         await epochs.take(conn, "new", clock.now())
         with pytest.raises(epochs.Deposed):
-            await store.work_batch(conn, made.id, 5, clock.now(), fence=epochs.Fence(old.epoch))
-    assert (await ops.get(TENANT, made.id)).processed == 0
+            await store.work_batch(conn, replay.id, 5, clock.now(), fence=epochs.Fence(old.epoch))
+    assert (await ops.get(TENANT, replay.id)).processed == 0
     assert await states(seeded, TENANT) == {"dead": 22}
 
 
@@ -290,8 +298,7 @@ async def test_a_bulk_cancel_cancels_pending_asks_leased_and_leaves_later_runs(
     assert asked is True
 
 
-async def test_runs_by_state_across_jobs_page_by_page(seeded: Database, clock: FrozenClock) -> None:
-    ops = Operations(seeded, clock)
+async def test_runs_by_state_across_jobs_page_by_page(ops: Operations) -> None:
     found = checked(state="dead", job_pattern="export-*")
     seen: list[str] = []
     cursor = None
@@ -305,11 +312,11 @@ async def test_runs_by_state_across_jobs_page_by_page(seeded: Database, clock: F
     assert [run.finished_at for run in first][:5] == [T2] * 5  # newest death first
 
 
-async def test_the_work_step_stops_at_its_budget(seeded: Database, clock: FrozenClock) -> None:
-    ops = Operations(seeded, clock)
-    made = await ops.create(TENANT, Action.replay, checked(action=Action.replay), "alice")
+async def test_the_work_step_stops_at_its_budget(
+    seeded: Database, clock: FrozenClock, ops: Operations, replay: Operation
+) -> None:
     shard = seeded.shard_map.shard_of(TENANT, "export-a")
     async with seeded.connection(shard) as conn:
         worked = await operations.work(conn, clock.now(), batch=1, budget_seconds=0)
     assert (worked.acted, worked.more) == (0, True)
-    assert (await ops.get(TENANT, made.id)).processed == 0
+    assert (await ops.get(TENANT, replay.id)).processed == 0

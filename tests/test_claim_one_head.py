@@ -155,7 +155,7 @@ async def test_the_one_head_claim_reads_a_few_pages_whatever_the_backlog(
         async with conn.transaction():
             plan = json.loads(
                 await conn.fetchval(
-                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + leases.CLAIM_ONE_HEAD,
+                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + leases.SQL.claim_one_head,
                     ["one-head-e"],
                     1,
                     "w",
@@ -188,7 +188,7 @@ async def test_the_claims_generic_plans_group_by_sorting(shard_map: ShardMap) ->
     heads) when the executor starts: the claim connections group by sorting instead."""
     conn = await db.connect(shard_map[0], claims=True)
     try:
-        for sql in (leases.CLAIM, leases.CLAIM_ONE_HEAD, leases.CLAIM_LIMITED):
+        for sql in (leases.SQL.claim, leases.SQL.claim_one_head, leases.SQL.claim_limited):
             statement = await conn.prepare(sql)
             types = ", ".join(t.name for t in statement.get_parameters())
             await conn.execute(f"PREPARE claim_plan ({types}) AS {sql}")

@@ -1,6 +1,6 @@
 """Calendar rules of ``tickwork.core.cron`` (``L``, ``#``, ``5L``, day-of-month with
 day-of-week, names and steps) against the brute-force reference of
-tests/unit/test_cron_dst.py, over windows of several weeks: a walk of every minute of
+tests/cron_reference.py, over windows of several weeks: a walk of every minute of
 them, too long for the unit tier.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from unit.test_cron_dst import reference_fires, utc
+from cron_reference import reference_fires
+from unit.test_cron_dst import utc
 
 from tickwork.core import cron
 

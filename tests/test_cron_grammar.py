@@ -248,32 +248,19 @@ def macros(draw: st.DrawFn) -> str:
     return draw(edges) + cased + tail + draw(edges)
 
 
+def listed(pieces: list[str], most: int) -> st.SearchStrategy[str]:
+    """A field's list of one to ``most`` of ``pieces``."""
+    return st.lists(st.sampled_from(pieces), min_size=1, max_size=most).map(",".join)
+
+
 @st.composite
 def mostly_valid(draw: st.DrawFn) -> str:
     """Five fields from the valid pieces, so the calendar rules get exercised."""
     minute = draw(st.sampled_from(["*", "0", "*/15", "5-50/5", "0,30", "59"]))
     hour = draw(st.sampled_from(["*", "2", "*/3", "9-17", "0,12", "23"]))
-    day = draw(
-        st.lists(
-            st.sampled_from(["*", "1", "15", "29", "30", "31", "L", "*/10", "1-7", "28-31/3"]),
-            min_size=1,
-            max_size=3,
-        ).map(",".join)
-    )
-    month = draw(
-        st.lists(
-            st.sampled_from(["*", "2", "feb", "4", "jun", "9,11", "*/6", "jan-mar/2", "12"]),
-            min_size=1,
-            max_size=2,
-        ).map(",".join)
-    )
-    weekday = draw(
-        st.lists(
-            st.sampled_from(["*", "0", "7", "mon", "1-5", "5L", "1#5", "sat#5", "*/2", "fri-sat"]),
-            min_size=1,
-            max_size=3,
-        ).map(",".join)
-    )
+    day = draw(listed(["*", "1", "15", "29", "30", "31", "L", "*/10", "1-7", "28-31/3"], 3))
+    month = draw(listed(["*", "2", "feb", "4", "jun", "9,11", "*/6", "jan-mar/2", "12"], 2))
+    weekday = draw(listed(["*", "0", "7", "mon", "1-5", "5L", "1#5", "sat#5", "*/2", "fri-sat"], 3))
     return f"{minute} {hour} {day} {month} {weekday}"
 
 

@@ -1,44 +1,28 @@
 """Property tests for ``tickwork.core.cron`` over generated expressions and zones.
 
-The matcher here is a small independent reading of cron text (the DST suite has
-its own; test modules do not import each other so either can move freely).
+The expected fire times come from the independent reading of cron text in
+tests/cron_reference.py, shared with the DST suite.
 """
 
 from __future__ import annotations
 
-import calendar
 import itertools
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import cron_reference
+from cron_reference import MACROS, MINUTE, reference_fires
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tickwork.core import cron, zones
-
-MINUTE = timedelta(minutes=1)
-MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
-NAMES = {name: number for number, name in enumerate(MONTHS, 1)} | {
-    name: number for number, name in enumerate(WEEKDAYS)
-}
+from tickwork.core import cron
 
 MINUTE_PIECES = ["*", "*/15", "0", "30", "0,30", "5-50/15", "*/7", "59", "0-4"]
 HOUR_PIECES = ["*", "*/3", "2", "1-3", "0,12", "2,3", "*/5", "9-17", "0-23/2", "1", "0"]
 DAY_PIECES = ["*", "1", "15", "L", "*/10", "1-7", "29", "31", "1,L", "30"]
 MONTH_PIECES = ["*", "2", "3,10", "*/4", "jan-jun", "11", "feb", "4,9-11"]
 WEEKDAY_PIECES = ["*", "0", "1-5", "5L", "1#2", "mon,fri", "*/2", "0#1", "sun#5,3", "7", "6L,1"]
-ZONES = [
-    "UTC",
-    "Europe/Berlin",
-    "America/New_York",
-    "Australia/Lord_Howe",
-    "Asia/Kolkata",
-    "Pacific/Apia",
-    "America/Sao_Paulo",
-    "America/Santiago",
-    "Antarctica/Troll",
-]
+# Besides the usual changes: a skipped day, a change at midnight, and a two-hour one.
+ZONES = [*cron_reference.ZONES, "Pacific/Apia", "America/Sao_Paulo", "Antarctica/Troll"]
 # Instants near transitions (UTC), where mistakes live.
 ANCHORS = [
     datetime(2024, 3, 31, 1, tzinfo=UTC),
@@ -55,90 +39,9 @@ ANCHORS = [
 ]
 
 
-def _number(text: str) -> int:
-    return int(text) if text.isdigit() else NAMES[text]
-
-
-def _values(text: str, low: int, high: int) -> set[int]:
-    result: set[int] = set()
-    for item in text.split(","):
-        body, _, step = item.partition("/")
-        if body == "*":
-            first, last = low, high
-        elif "-" in body:
-            first_text, last_text = body.split("-")
-            first, last = _number(first_text), _number(last_text)
-        else:
-            first = last = _number(body)
-        result.update(range(first, last + 1, int(step or 1)))
-    return result
-
-
-def matcher(expression: str) -> tuple[bool, Callable[[datetime], bool]]:
-    """(fixed_hour, predicate over naive wall times)."""
-    minute, hour, dom, month, dow = expression.split()
-    minutes, hours, months = _values(minute, 0, 59), _values(hour, 0, 23), _values(month, 1, 12)
-    plain_days = [i for i in dom.split(",") if i != "L"]
-    days = _values(",".join(plain_days), 1, 31) if plain_days else set()
-    last_day = "L" in dom.split(",")
-    weekdays: set[int] = set()
-    nth: set[tuple[int, int]] = set()
-    last_weekdays: set[int] = set()
-    for item in dow.split(","):
-        if "#" in item:
-            weekday, number = item.split("#")
-            nth.add((next(iter(_values(weekday, 0, 7))) % 7, int(number)))
-        elif item.endswith("L"):
-            last_weekdays.add(int(item[:-1]) % 7)
-        else:
-            weekdays.update(v % 7 for v in _values(item, 0, 7))
-    day_and = dom.startswith("*") or dow.startswith("*")
-
-    def matches(wall: datetime) -> bool:
-        if wall.minute not in minutes or wall.hour not in hours or wall.month not in months:
-            return False
-        length = calendar.monthrange(wall.year, wall.month)[1]
-        by_day = wall.day in days or (last_day and wall.day == length)
-        weekday = (wall.weekday() + 1) % 7
-        by_weekday = (
-            weekday in weekdays
-            or (weekday, (wall.day - 1) // 7 + 1) in nth
-            or (weekday in last_weekdays and wall.day + 7 > length)
-        )
-        return (by_day and by_weekday) if day_and else (by_day or by_weekday)
-
-    return not hour.startswith("*"), matches
-
-
 def explains(instant: datetime, expression: str, zone: str) -> bool:
     """True if ``instant`` is a matching wall time, or the end of a gap holding one."""
-    fixed_hour, matches = matcher(expression)
-    tz = zones.get(zone)
-    local = instant.astimezone(tz)
-    wall = local.replace(tzinfo=None)
-    if matches(wall) and (local.fold == 0 or not fixed_hour):
-        return True
-    previous = (instant - MINUTE).astimezone(tz).replace(tzinfo=None)
-    skipped = wall - previous - MINUTE
-    # A gap of any length (Pacific/Apia lost a whole day) runs a fixed-hour time once.
-    if not (fixed_hour and timedelta(0) < skipped):
-        return False
-    missing = previous + MINUTE
-    while missing < wall:
-        if matches(missing):
-            return True
-        missing += MINUTE
-    return False
-
-
-def reference(expression: str, zone: str, start: datetime, end: datetime) -> list[datetime]:
-    instant = start.replace(second=0, microsecond=0) + MINUTE
-    fires = []
-    while instant <= end:
-        if explains(instant, expression, zone):
-            fires.append(instant)
-        instant += MINUTE
-    return fires
+    return reference_fires(expression, zone, instant - MINUTE, instant) == [instant]
 
 
 expressions = st.tuples(
@@ -205,19 +108,9 @@ def test_no_fire_is_missed_near_transitions(
     schedule = cron.CronSchedule.parse(expression, zone)
     start = anchor + timedelta(minutes=minutes)
     end = start + timedelta(hours=30)
-    assert schedule.between(start, end) == reference(expression, zone, start, end)
+    assert schedule.between(start, end) == reference_fires(expression, zone, start, end)
 
 
-# docs/cron.md's macros and the five fields each stands for.
-MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 # Zones that change their clocks at midnight, where the macros' fire times live.
 MIDNIGHT_ZONES = ["America/Havana", "America/Santiago", "America/Asuncion", "Asia/Beirut"]
 MIDNIGHT_ANCHORS = [
@@ -254,7 +147,7 @@ def test_a_macro_fires_exactly_when_its_five_fields_do(
     schedule = cron.CronSchedule.parse(written, zone)
     start = anchor + timedelta(minutes=minutes)
     end = start + timedelta(hours=30)
-    assert schedule.between(start, end) == reference(fields, zone, start, end)
+    assert schedule.between(start, end) == reference_fires(fields, zone, start, end)
     fires = schedule.preview(start, 3)
     assert fires == cron.CronSchedule.parse(fields, zone).preview(start, 3)
     assert all(explains(fire, fields, zone) for fire in fires)

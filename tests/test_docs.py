@@ -54,6 +54,7 @@ from tickwork.core.settings import settings_of
 from tickwork.engine import manifests
 from tickwork.worker import Worker, WorkerSettings
 from tickwork.worker import run as run_worker
+from tickwork.worker.testing import RunOptions, run_handler, run_handler_async
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -292,6 +293,9 @@ def _keyword_models() -> dict[Any, set[str]]:
         Worker: settings,
         Worker.from_env: settings | {"url", "token"},
         run_worker: settings | {"url", "token"},
+        # The handler test helpers take make_context's keywords through RunOptions.
+        run_handler: set(RunOptions.__annotations__),
+        run_handler_async: set(RunOptions.__annotations__),
     }
 
 

@@ -30,6 +30,7 @@ from typing import Final
 
 import asyncpg
 from conftest import TEST_SHARDS
+from pg_server import unpreparable
 
 from tickwork.core.shards import ShardMap
 from tickwork.store import catalog, database, migrate, queries
@@ -310,17 +311,7 @@ async def test_every_statement_of_the_previous_release_prepares_against_this_sch
     for path in sorted((PREVIOUS / "sql").glob("*.sql")):
         statements.update(queries.parse(path.read_text("utf-8"), path.name))
     assert len(statements) >= 30
-    conn = await database.connect(shard)
-    failures: dict[str, str] = {}
-    try:
-        for name, sql in statements.items():
-            try:
-                await conn.prepare(sql)
-            except asyncpg.PostgresError as error:
-                failures[name] = f"{type(error).__name__}: {error}"
-    finally:
-        await conn.close()
-    assert failures == {}
+    assert await unpreparable(shard, statements) == {}
 
 
 # Whole rows on purpose: a reshard copies a job's rows between shards of one version.

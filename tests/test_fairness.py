@@ -214,7 +214,7 @@ async def test_a_job_at_its_limit_with_a_huge_backlog_costs_a_claim_nothing(
     try:
         await preload(conn, "acme", 1, job="other", ready_at=T0)
         shares = PriorityShares()
-        sql = leases.CLAIM_LIMITED
+        sql = leases.SQL.claim_limited
         # The blocked job's bucket as lock_flow names it: its runs are considered.
         buckets = ["acme\x1ejob/blocked"]
         passes = [0.0] * 3

@@ -6,12 +6,12 @@ driven by the test: a 10 000-run backlog drains in seconds."""
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import orjson
+from claim_timing import TickingClock, fullest_window
 
 from tickwork.core import shards
 from tickwork.core.clock import FrozenClock
@@ -26,8 +26,18 @@ from tickwork.store.database import Database
 QUEUE = "default"
 
 
-def _spec(document: dict[str, object]) -> JobSpec:
-    return parse(JobSpec, document)
+async def _put(jobs: Jobs, name: str, document: dict[str, object]) -> None:
+    await jobs.put("acme", name, parse(JobSpec, document), "test")
+
+
+async def _one_per_key(
+    database: Database, clock: FrozenClock, name: str, key: str, strategy: str
+) -> Jobs:
+    """Job ``name``, one run at a time per value of ``key``; the rest go by ``strategy``."""
+    jobs = Jobs(database, clock)
+    spec = {"concurrency": 1, "concurrencyKey": {"key": key, "strategy": strategy}}
+    await _put(jobs, name, spec)
+    return jobs
 
 
 async def _fill(jobs: Jobs, name: str, payloads: list[object]) -> None:
@@ -36,29 +46,13 @@ async def _fill(jobs: Jobs, name: str, payloads: list[object]) -> None:
         assert await jobs.enqueue_ready("acme", name, chunk, "test") is not None
 
 
-class TickingClock(FrozenClock):
-    """Each reading is a step later than the one before: every claim has its own now."""
-
-    def __init__(self, start: datetime, step: float) -> None:
-        super().__init__(start)
-        self.step = step
-
-    def now(self) -> datetime:
-        return self.advance(self.step)
-
-
 async def test_a_rate_limit_is_never_exceeded_by_four_claimers_on_two_dispatchers(
     shard_map: ShardMap, clock: FrozenClock
 ) -> None:
     limit, period = 500, 1.0
     async with Database(shard_map) as first, Database(shard_map) as second:
         jobs = Jobs(first, clock)
-        await jobs.put(
-            "acme",
-            "mail",
-            _spec({"rateLimit": {"limit": limit, "periodSeconds": 1}}),
-            "test",
-        )
+        await _put(jobs, "mail", {"rateLimit": {"limit": limit, "periodSeconds": 1}})
         await _fill(jobs, "mail", [{"n": n} for n in range(10_000)])
         # One clock for both replicas, as the database's would be: 50 ms a claim, so
         # each period sees about 20 claims of up to 100 runs, most of them held back.
@@ -87,11 +81,7 @@ async def test_a_rate_limit_is_never_exceeded_by_four_claimers_on_two_dispatcher
         )
     assert len({g.id for g in granted}) == 10_000
     times = sorted(g.leased_at.timestamp() for g in granted)
-    # Every window of `period` seconds that starts at a lease (the fullest ones do).
-    fullest = max(
-        bisect.bisect_left(times, start + period) - index for index, start in enumerate(times)
-    )
-    assert fullest <= limit
+    assert fullest_window(times, period) <= limit
     # And the limit is used: the backlog took not much more than 20 periods. The clock
     # ticks per reading, and completions read it too, so how many readings a period
     # holds varies with how the four claimers interleave: a margin of half.
@@ -102,12 +92,7 @@ async def test_a_keyed_rate_limit_counts_each_key_apart(
     database: Database, clock: FrozenClock
 ) -> None:
     jobs = Jobs(database, clock)
-    await jobs.put(
-        "acme",
-        "sync",
-        _spec({"rateLimit": {"limit": 2, "periodSeconds": 60, "key": "/customer"}}),
-        "test",
-    )
+    await _put(jobs, "sync", {"rateLimit": {"limit": 2, "periodSeconds": 60, "key": "/customer"}})
     await _fill(jobs, "sync", [{"customer": c} for c in ("a", "b") for _ in range(5)])
     shard = jobs.shard_of("acme", "sync")
     async with database.connection(shard) as conn:
@@ -142,16 +127,13 @@ async def test_keyed_concurrency_holds_per_key_across_a_group_under_concurrent_c
         jobs = Jobs(first, clock)
         names = await _same_shard_names(jobs, 2)
         for name in names:
-            await jobs.put(
-                "acme",
+            await _put(
+                jobs,
                 name,
-                _spec(
-                    {
-                        "concurrency": limit,
-                        "concurrencyKey": {"key": "/customer", "group": "billing"},
-                    }
-                ),
-                "test",
+                {
+                    "concurrency": limit,
+                    "concurrencyKey": {"key": "/customer", "group": "billing"},
+                },
             )
             await _fill(jobs, name, [{"customer": f"c{n % 5}"} for n in range(300)])
         shard = jobs.shard_of("acme", names[0])
@@ -198,18 +180,7 @@ async def test_keyed_concurrency_holds_per_key_across_a_group_under_concurrent_c
 async def test_cancel_newest_cancels_the_runs_over_a_keys_limit(
     database: Database, clock: FrozenClock
 ) -> None:
-    jobs = Jobs(database, clock)
-    await jobs.put(
-        "acme",
-        "deploy",
-        _spec(
-            {
-                "concurrency": 1,
-                "concurrencyKey": {"key": "/env", "strategy": "CancelNewest"},
-            }
-        ),
-        "test",
-    )
+    jobs = await _one_per_key(database, clock, "deploy", "/env", "CancelNewest")
     await _fill(jobs, "deploy", [{"env": "prod"}, {"env": "prod"}, {"env": "dev"}])
     shard = jobs.shard_of("acme", "deploy")
     async with database.connection(shard) as conn:
@@ -232,18 +203,7 @@ async def test_cancel_newest_cancels_the_runs_over_a_keys_limit(
 async def test_cancel_running_stops_the_running_run_and_starts_the_newest_after_it(
     database: Database, clock: FrozenClock
 ) -> None:
-    jobs = Jobs(database, clock)
-    await jobs.put(
-        "acme",
-        "index",
-        _spec(
-            {
-                "concurrency": 1,
-                "concurrencyKey": {"key": "/repo", "strategy": "CancelRunning"},
-            }
-        ),
-        "test",
-    )
+    jobs = await _one_per_key(database, clock, "index", "/repo", "CancelRunning")
     shard = jobs.shard_of("acme", "index")
     await _fill(jobs, "index", [{"repo": "r1"}])
     async with database.connection(shard) as conn:
@@ -282,9 +242,7 @@ async def test_the_plain_path_is_untouched_by_a_rate_limited_job_elsewhere(
     by its rate limit, and carry no flow fields."""
     jobs = Jobs(database, clock)
     names = await _same_shard_names(jobs, 2)
-    await jobs.put(
-        "acme", names[0], _spec({"rateLimit": {"limit": 1, "periodSeconds": 3600}}), "test"
-    )
+    await _put(jobs, names[0], {"rateLimit": {"limit": 1, "periodSeconds": 3600}})
     await jobs.put("acme", names[1], JobSpec(), "test")
     await _fill(jobs, names[0], [{}] * 3)
     await _fill(jobs, names[1], [{}] * 3)

@@ -123,25 +123,30 @@ WORKER = textwrap.dedent(
 ).replace("SERVER_ONLY", repr(SERVER_ONLY))
 
 
-async def test_a_worker_runs_from_the_base_install(base_env: Path, api_server: ApiServer) -> None:
-    headers = api_server.headers(api_server.team_token)
-    async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as http:
-        assert (await http.put("/v1/jobs/lean", json={})).status_code == 201
-        response = await http.post("/v1/jobs/lean/runs", json={"payload": {"n": 7}})
-        run_id = response.json()["runId"]
+async def run_in(base_env: Path, script: str, *args: str) -> list[str]:
+    """Run ``script`` on the base install's Python, without the source tree on its path;
+    the lines it printed (it must succeed)."""
     process = await asyncio.create_subprocess_exec(
         str(base_env / "python"),
         "-c",
-        WORKER,
-        api_server.url,
-        api_server.worker_token,
+        script,
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": ""},
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, stderr.decode()
-    lines = stdout.decode().splitlines()
+    return stdout.decode().splitlines()
+
+
+async def test_a_worker_runs_from_the_base_install(base_env: Path, api_server: ApiServer) -> None:
+    headers = api_server.headers(api_server.team_token)
+    async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as http:
+        assert (await http.put("/v1/jobs/lean", json={})).status_code == 201
+        response = await http.post("/v1/jobs/lean/runs", json={"payload": {"n": 7}})
+        run_id = response.json()["runId"]
+    lines = await run_in(base_env, WORKER, api_server.url, api_server.worker_token)
     assert f"ran {run_id} 7" in lines
     assert "loaded []" in lines
     run, _ = await api_server.jobs.run(run_id)
@@ -173,19 +178,7 @@ async def test_an_application_enqueues_and_tests_handlers_from_the_base_install(
     headers = api_server.headers(api_server.team_token)
     async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as http:
         assert (await http.put("/v1/jobs/lean", json={})).status_code == 201
-    process = await asyncio.create_subprocess_exec(
-        str(base_env / "python"),
-        "-c",
-        APPLICATION,
-        api_server.url,
-        api_server.team_token,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, stderr.decode()
-    lines = stdout.decode().splitlines()
+    lines = await run_in(base_env, APPLICATION, api_server.url, api_server.team_token)
     [enqueued] = [line for line in lines if line.startswith("enqueued ")]
     assert enqueued.endswith(" ready")
     assert lines[1:] == ["not found", "handler 9", "loaded []"]

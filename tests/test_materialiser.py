@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from cron_reference import field_values
 from pydantic import ValidationError
 
 from tickwork.api import render
@@ -108,22 +109,6 @@ async def walk(scheduler: Scheduler, clock: FrozenClock, until: datetime, step: 
 
 
 # --- an independent model of the DST rules --------------------------------------------
-
-
-def field_values(text: str, low: int, high: int) -> set[int]:
-    """Values of a minute or hour field made of ``*``, values, ranges, steps and lists."""
-    values: set[int] = set()
-    for item in text.split(","):
-        body, _, step = item.partition("/")
-        if body == "*":
-            first, last = low, high
-        elif "-" in body:
-            first_text, last_text = body.split("-")
-            first, last = int(first_text), int(last_text)
-        else:
-            first = last = int(body)
-        values.update(range(first, last + 1, int(step) if step else 1))
-    return values
 
 
 def brute_force(expression: str, zone: str, after: datetime, until: datetime) -> list[datetime]:
@@ -757,7 +742,7 @@ async def test_lock_due_definitions_uses_the_definitions_due_index(database: Dat
         )
         await conn.execute("ANALYZE definitions")
         plan = await conn.fetch(
-            "EXPLAIN " + store_materialise.LOCK_DUE_DEFINITIONS, now + LOOKAHEAD, 1000
+            "EXPLAIN " + store_materialise.SQL.lock_due_definitions, now + LOOKAHEAD, 1000
         )
         text = "\n".join(row[0] for row in plan)
         assert "definitions_due" in text, text

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 from conftest import TEMPLATE, TEST_SHARDS, scratch_database
+from pg_server import unpreparable
 
 from tickwork.core.errors import SchemaMismatch
 from tickwork.core.shards import Shard, ShardMap
@@ -288,17 +289,7 @@ async def test_a_shard_of_another_shard_count_is_refused(database_url: str) -> N
 async def test_every_named_query_prepares_against_the_schema(database_url: str) -> None:
     named = queries.all_queries()
     assert len(named) >= 30
-    conn = await database.connect(shards_of(database_url)[0])
-    failures: dict[str, str] = {}
-    try:
-        for name, sql in named.items():
-            try:
-                await conn.prepare(sql)
-            except asyncpg.PostgresError as error:
-                failures[name] = f"{type(error).__name__}: {error}"
-    finally:
-        await conn.close()
-    assert failures == {}
+    assert await unpreparable(shards_of(database_url)[0], named) == {}
 
 
 def test_query_files_refuse_ambiguity() -> None:

@@ -102,6 +102,14 @@ async def _die(jobs: Jobs, clock: FrozenClock, job: str, message: str = "boom") 
     return lease
 
 
+async def _nightly_died(database: Database, clock: FrozenClock, receiver: Receiver) -> Lease:
+    """A run of job nightly dead, ``receiver`` its tenant's default target: the run's lease."""
+    jobs = Jobs(database, clock)
+    await Targets(database, clock).put(TENANT, target(receiver, default=True))
+    await jobs.put(TENANT, "nightly", JobSpec(retry=Retry(max_attempts=1)), "test")
+    return await _die(jobs, clock, "nightly")
+
+
 async def _promote(database: Database, clock: FrozenClock) -> None:
     for shard in range(database.shard_count):
         async with database.connection(shard) as conn:
@@ -184,10 +192,7 @@ async def test_a_redelivered_notification_keeps_its_key(
 ) -> None:
     # The receiver took it but the answer was lost (here: the lease ran out first):
     # the next attempt carries the same key, so the receiver can drop the repeat.
-    jobs = Jobs(database, clock)
-    await Targets(database, clock).put(TENANT, target(receiver, default=True))
-    await jobs.put(TENANT, "nightly", JobSpec(retry=Retry(max_attempts=1)), "test")
-    lease = await _die(jobs, clock, "nightly")
+    lease = await _nightly_died(database, clock, receiver)
     dispatcher = Dispatcher(database, clock, random.Random(7))
     [delivery] = await dispatcher.lease([NOTIFY_QUEUE], limit=5, worker_id="w", lease_seconds=30)
     clock.advance(60)
@@ -259,10 +264,7 @@ async def test_a_dead_delivery_notifies_nobody(
 async def test_a_missing_secret_fails_the_attempt_and_names_where_it_looked(
     database: Database, clock: FrozenClock, receiver: Receiver, poster: WebhookPoster
 ) -> None:
-    jobs = Jobs(database, clock)
-    await Targets(database, clock).put(TENANT, target(receiver, default=True))
-    await jobs.put(TENANT, "nightly", JobSpec(retry=Retry(max_attempts=1)), "test")
-    await _die(jobs, clock, "nightly")
+    await _nightly_died(database, clock, receiver)
     deliveries = Deliveries(database, Dispatcher(database, clock), poster, environ={})
     await deliveries.deliver_ready()
     assert receiver.received == []

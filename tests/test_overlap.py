@@ -208,13 +208,19 @@ async def test_forbid_counts_a_run_waiting_for_a_worker_or_for_its_retry_as_runn
         assert states(await runs_of(setup.database, "report"))[0] == ("02:00", "ready")
 
 
+async def caught_up(setup: Setup, policy: OverlapPolicy, until: str) -> list[tuple[str, str]]:
+    """The (due, state) of each run of an hourly ``policy`` job that runs every missed
+    fire, the scheduler's first pass being at ``until``."""
+    spec = hourly(policy, missed=MissedRunPolicy.run_all)
+    await setup.jobs.put(TENANT, "report", spec, ACTOR)
+    await setup.at(until)
+    return states(await runs_of(setup.database, "report"))
+
+
 async def test_forbid_catching_up_runs_the_oldest_missed_fire_and_skips_the_others(
     setup: Setup,
 ) -> None:
-    spec = hourly(OverlapPolicy.Forbid, missed=MissedRunPolicy.run_all)
-    await setup.jobs.put(TENANT, "report", spec, ACTOR)
-    await setup.at("05:30:00")  # 02:00 to 05:00 missed
-    assert states(await runs_of(setup.database, "report")) == [
+    assert await caught_up(setup, OverlapPolicy.Forbid, "05:30:00") == [  # 02:00-05:00 missed
         ("02:00", "ready"),
         ("03:00", "skipped"),
         ("04:00", "skipped"),
@@ -306,10 +312,7 @@ async def test_replace_cancels_a_run_still_waiting_for_a_worker(setup: Setup) ->
 
 
 async def test_replace_catching_up_starts_only_the_latest_missed_fire(setup: Setup) -> None:
-    spec = hourly(OverlapPolicy.Replace, missed=MissedRunPolicy.run_all)
-    await setup.jobs.put(TENANT, "report", spec, ACTOR)
-    await setup.at("04:30:00")  # 02:00 to 04:00 missed
-    assert states(await runs_of(setup.database, "report")) == [
+    assert await caught_up(setup, OverlapPolicy.Replace, "04:30:00") == [  # 02:00-04:00 missed
         ("02:00", "cancelled"),
         ("03:00", "cancelled"),
         ("04:00", "ready"),

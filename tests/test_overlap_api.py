@@ -8,17 +8,12 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from conftest import TEAM_TOKEN, served
-from conftest import test_tokens as tokens
+from conftest import TEAM_TOKEN, served, services_over
 
-from tickwork.api.services import Services
 from tickwork.core.clock import FrozenClock
-from tickwork.core.settings import ApiSettings
 from tickwork.core.spec import JobSpec, OverlapPolicy, Schedule
 from tickwork.engine.dispatch import Dispatcher
-from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
-from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store.database import Database
 
@@ -28,12 +23,7 @@ _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 @pytest.fixture
 async def url(database: Database) -> AsyncIterator[str]:
     """The API with the dashboard."""
-    services = Services(
-        engine=Installation.over(database),
-        authenticator=tokens(),
-        metrics=Metrics(),
-        settings=ApiSettings(auth_failure_rate=0, ui_secret="test-secret-" + "x" * 32),
-    )
+    services = services_over(database, auth_failure_rate=0, ui_secret="test-secret-" + "x" * 32)
     async with served(services) as address:
         yield address
 

@@ -7,12 +7,11 @@ tests/unit/test_queue_rate_limits.py."""
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
-from datetime import datetime
 
 import orjson
 import pytest
+from claim_timing import TickingClock, fullest_window
 
 from tickwork.core.clock import FrozenClock
 from tickwork.core.queue_limits import QueueRateLimit
@@ -26,17 +25,6 @@ from tickwork.store import queue_rates
 from tickwork.store.database import Database
 
 REPORTS = "reports"
-
-
-class TickingClock(FrozenClock):
-    """Each reading is a step later than the one before: every claim has its own now."""
-
-    def __init__(self, start: datetime, step: float) -> None:
-        super().__init__(start)
-        self.step = step
-
-    def now(self) -> datetime:
-        return self.advance(self.step)
 
 
 async def _job(jobs: Jobs, tenant: str, name: str, queue: str, runs: int) -> None:
@@ -54,13 +42,6 @@ def _names_on_distinct_shards(jobs: Jobs, tenant: str, count: int, avoid: int = 
         if len(found) == count:
             return list(found.values())
     raise AssertionError("unreachable")
-
-
-def _fullest(times: list[float], period: float) -> int:
-    ordered = sorted(times)
-    return max(
-        bisect.bisect_left(ordered, start + period) - index for index, start in enumerate(ordered)
-    )
 
 
 async def test_a_queue_limit_holds_across_tenants_shards_and_two_dispatchers(
@@ -114,7 +95,7 @@ async def test_a_queue_limit_holds_across_tenants_shards_and_two_dispatchers(
     reports = [g.leased_at.timestamp() for g in granted if g.queue == REPORTS]
     plain = [g.leased_at.timestamp() for g in granted if g.queue == "default"]
     assert len(reports) == len({g.run_id for g in granted if g.queue == REPORTS}) == 200
-    assert _fullest(reports, period) <= limit
+    assert fullest_window(reports, period) <= limit
     # The limit is used (200 runs at 10 a second: about 20 seconds), and it never held
     # back the plain queue, drained long before.
     assert max(reports) - min(reports) < 200 / limit * period * 1.25

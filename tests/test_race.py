@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import random
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,7 +35,7 @@ from tickwork.core.records import (
     Outcome,
     State,
 )
-from tickwork.core.shards import ShardMap
+from tickwork.core.shards import Shard, ShardMap
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
 from tickwork.store import database as db
 from tickwork.store import leases, runs, sweeps
@@ -53,7 +54,7 @@ async def preload(
 ) -> None:
     """``count`` ready runs (immediate retries) spread over a few tenants and jobs."""
     await conn.executemany(
-        runs.INSERT_RUN,
+        runs.SQL.insert_run,
         [
             (
                 f"tenant-{i % 5}",
@@ -109,6 +110,56 @@ def fails_first_attempt(run_id: int) -> bool:
     return run_id % 4 == 0
 
 
+def outcome_of(run_id: int, attempt: int) -> Outcome:
+    """What a drain's worker reports: a quarter of the runs fail their first attempt."""
+    if attempt == 1 and fails_first_attempt(run_id):
+        return Outcome.failed
+    return Outcome.succeeded
+
+
+@dataclass
+class Drain:
+    """What a drain's workers saw; ``done`` is set once ``total`` runs succeeded or at
+    the first refused completion."""
+
+    total: int
+    granted: list[Granted] = field(default_factory=list)
+    refused: list[TickworkError] = field(default_factory=list)
+    finished: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def tally(self, answers: Sequence[Completed | TickworkError]) -> None:
+        for answer in answers:
+            if not isinstance(answer, Completed):
+                self.refused.append(answer)
+            elif answer.state is State.succeeded:
+                self.finished += 1
+        if self.finished >= self.total or self.refused:
+            self.done.set()
+
+    async def promote(self, shards: Sequence[Shard]) -> None:
+        """Promote due retries on every shard until the drain is done."""
+        conns = [await db.connect(s) for s in shards]
+        try:
+            while not self.done.is_set():
+                promoted = 0
+                for conn in conns:
+                    promoted += (await sweeps.promote_due(conn)).ready
+                if not promoted:
+                    await asyncio.sleep(0.005)
+        finally:
+            for conn in conns:
+                await conn.close()
+
+    def check(self) -> dict[str, list[Granted]]:
+        """Nothing refused, every run succeeded once: the leases per run."""
+        assert self.refused == []
+        assert self.finished == self.total
+        per_run = check_leases(self.granted)
+        assert len(per_run) == self.total
+        return per_run
+
+
 async def test_drain_5000_runs_on_one_shard_with_8_claimers(shard_map: ShardMap) -> None:
     shard = shard_map[0]
     total = 5000
@@ -118,18 +169,15 @@ async def test_drain_5000_runs_on_one_shard_with_8_claimers(shard_map: ShardMap)
     retried = sum(1 for i in ids if fails_first_attempt(i))
     assert 0 < retried < total
 
-    granted: list[Granted] = []
-    refused: list[TickworkError] = []
-    finished = 0
-    done = asyncio.Event()
+    drain = Drain(total)
+    granted = drain.granted
     batches = [1, 3, 5, 10, 10, 25, 50, 100]
 
     async def claimer(number: int) -> None:
-        nonlocal finished
         conn = await db.connect(shard)
         worker = f"w{number}"
         try:
-            while not done.is_set():
+            while not drain.done.is_set():
                 got = await leases.claim(conn, 0, QUEUES, batches[number], worker, 30)
                 if not got:
                     await asyncio.sleep(0.002)
@@ -137,48 +185,18 @@ async def test_drain_5000_runs_on_one_shard_with_8_claimers(shard_map: ShardMap)
                 granted.extend(
                     Granted(f"r0-{x.id}", x.attempt, x.fencing_token, worker) for x in got
                 )
-                answers = await leases.complete(
-                    conn,
-                    0,
-                    [
-                        Completion(
-                            x.id,
-                            x.fencing_token,
-                            Outcome.failed
-                            if x.attempt == 1 and fails_first_attempt(x.id)
-                            else Outcome.succeeded,
-                        )
-                        for x in got
-                    ],
-                )
-                for answer in answers:
-                    if not isinstance(answer, Completed):
-                        refused.append(answer)
-                    elif answer.state is State.succeeded:
-                        finished += 1
-                if finished >= total or refused:
-                    done.set()
-        finally:
-            await conn.close()
-
-    async def promoter() -> None:
-        conn = await db.connect(shard)
-        try:
-            while not done.is_set():
-                if (await sweeps.promote_due(conn)).ready == 0:
-                    await asyncio.sleep(0.005)
+                completions = [
+                    Completion(x.id, x.fencing_token, outcome_of(x.id, x.attempt)) for x in got
+                ]
+                drain.tally(await leases.complete(conn, 0, completions))
         finally:
             await conn.close()
 
     started = time.monotonic()
     try:
-        await asyncio.wait_for(
-            asyncio.gather(promoter(), *(claimer(n) for n in range(len(batches)))), 25
-        )
-        assert refused == []
-        assert finished == total
-        per_run = check_leases(granted)
-        assert len(per_run) == total
+        claimers = (claimer(n) for n in range(len(batches)))
+        await asyncio.wait_for(asyncio.gather(drain.promote([shard]), *claimers), 25)
+        drain.check()
         assert len(granted) == total + retried
         assert len({g.worker for g in granted}) >= 2  # they did run concurrently
 
@@ -203,67 +221,47 @@ async def test_drain_every_shard_through_separate_dispatchers(shard_map: ShardMa
             await conn.close()
     total = per_shard * shard_map.count
 
-    granted: list[Granted] = []
-    refused: list[TickworkError] = []
-    finished = 0
-    done = asyncio.Event()
+    drain = Drain(total)
 
     async def worker(number: int) -> None:
-        nonlocal finished
         name = f"w{number}"
         settings = PoolSettings(min_size=1, max_size=1)
         async with Database(shard_map, settings) as own:
             dispatcher = Dispatcher(own, rng=random.Random(number))
-            while not done.is_set():
+            while not drain.done.is_set():
                 got = await dispatcher.lease(
                     QUEUES, limit=1 + number * 3, worker_id=name, lease_seconds=30
                 )
                 if not got:
                     await asyncio.sleep(0.002)
                     continue
-                granted.extend(Granted(x.run_id, x.attempt, x.fencing_token, name) for x in got)
-                answers = await dispatcher.complete(
-                    [
-                        CompleteItem(
-                            x.run_id,
-                            x.fencing_token,
-                            Outcome.failed
-                            if x.attempt == 1 and fails_first_attempt(x.id)
-                            else Outcome.succeeded,
-                        )
-                        for x in got
-                    ]
+                drain.granted.extend(
+                    Granted(x.run_id, x.attempt, x.fencing_token, name) for x in got
                 )
-                for answer in answers:
-                    if not isinstance(answer, Completed):
-                        refused.append(answer)
-                    elif answer.state is State.succeeded:
-                        finished += 1
-                if finished >= total or refused:
-                    done.set()
+                items = [
+                    CompleteItem(x.run_id, x.fencing_token, outcome_of(x.id, x.attempt))
+                    for x in got
+                ]
+                drain.tally(await dispatcher.complete(items))
 
-    async def promoter() -> None:
-        conns = [await db.connect(s) for s in shard_map.shards]
-        try:
-            while not done.is_set():
-                promoted = 0
-                for conn in conns:
-                    promoted += (await sweeps.promote_due(conn)).ready
-                if not promoted:
-                    await asyncio.sleep(0.005)
-        finally:
-            for conn in conns:
-                await conn.close()
-
-    await asyncio.wait_for(asyncio.gather(promoter(), *(worker(n) for n in range(8))), 25)
-    assert refused == []
-    assert finished == total
-    per_run = check_leases(granted)
-    assert len(per_run) == total
+    workers = (worker(n) for n in range(8))
+    await asyncio.wait_for(asyncio.gather(drain.promote(shard_map.shards), *workers), 25)
+    per_run = drain.check()
     assert {run.split("-")[0] for run in per_run} == {f"r{n}" for n in range(shard_map.count)}
 
 
 # --- a slow worker past its lease ------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def connections(shard: Shard, count: int) -> AsyncIterator[list[asyncpg.Connection]]:
+    """``count`` connections of their own to ``shard``, closed afterwards."""
+    opened = [await db.connect(shard) for _ in range(count)]
+    try:
+        yield opened
+    finally:
+        for conn in opened:
+            await conn.close()
 
 
 async def snapshot(conn: asyncpg.Connection, run_id: int) -> tuple[Any, ...]:
@@ -276,8 +274,7 @@ async def snapshot(conn: asyncpg.Connection, run_id: int) -> tuple[Any, ...]:
 
 async def test_slow_worker_loses_its_lease_to_the_next_holder(shard_map: ShardMap) -> None:
     shard = shard_map[1]
-    slow, fast, scheduler = [await db.connect(shard) for _ in range(3)]
-    try:
+    async with connections(shard, 3) as (slow, fast, scheduler):
         await preload(slow, 1, now=T0)
         [old] = await leases.claim(slow, 1, QUEUES, 1, "slow", 30, now=T0)
         [beat] = await leases.heartbeat(slow, 1, [Beat(old.id, old.fencing_token, 30)], later(20))
@@ -317,9 +314,6 @@ async def test_slow_worker_loses_its_lease_to_the_next_holder(shard_map: ShardMa
             ("slow", "lease-expired"),
             ("fast", "succeeded"),
         ]
-    finally:
-        for conn in (slow, fast, scheduler):
-            await conn.close()
 
 
 # --- completion racing the reaper ------------------------------------------------------
@@ -350,8 +344,7 @@ async def wait_until_blocked(observer: asyncpg.Connection, pid: int) -> None:
 @pytest.mark.parametrize("outcome", [Outcome.succeeded, Outcome.failed])
 async def test_reaper_first_then_completion_is_stale(shard_map: ShardMap, outcome: Outcome) -> None:
     shard = shard_map[2]
-    reaper, worker, observer = [await db.connect(shard) for _ in range(3)]
-    try:
+    async with connections(shard, 3) as (reaper, worker, observer):
         [lease] = await leased_runs(worker, 2, 1)
         holding = reaper.transaction()
         await holding.start()
@@ -368,9 +361,6 @@ async def test_reaper_first_then_completion_is_stale(shard_map: ShardMap, outcom
         row, history = await snapshot(observer, lease.id)
         assert row["state"] == State.retry_wait.value
         assert [h["outcome"] for h in history] == ["lease-expired"]
-    finally:
-        for conn in (reaper, worker, observer):
-            await conn.close()
 
 
 @pytest.mark.parametrize("outcome", [Outcome.succeeded, Outcome.failed])
@@ -378,8 +368,7 @@ async def test_completion_first_then_the_reaper_skips_it(
     shard_map: ShardMap, outcome: Outcome
 ) -> None:
     shard = shard_map[2]
-    reaper, worker, observer = [await db.connect(shard) for _ in range(3)]
-    try:
+    async with connections(shard, 3) as (reaper, worker, observer):
         [lease] = await leased_runs(worker, 2, 1)
         holding = worker.transaction()
         await holding.start()
@@ -394,9 +383,6 @@ async def test_completion_first_then_the_reaper_skips_it(
         row, history = await snapshot(observer, lease.id)
         assert row["state"] == answer.state.value
         assert [h["outcome"] for h in history] == [outcome.value]
-    finally:
-        for conn in (reaper, worker, observer):
-            await conn.close()
 
 
 async def test_completions_racing_the_reaper_have_exactly_one_winner(

@@ -25,7 +25,7 @@ DAY = datetime(2001, 5, 10, 12, 0, tzinfo=UTC)
 
 async def _partitions(database: Database, shard: int) -> set[str]:
     async with database.connection(shard) as conn:
-        return {row["name"] for row in await conn.fetch(retention.LIST_PARTITIONS_OF, "attempts")}
+        return {row["name"] for row in await conn.fetch(retention.SQL.partitions_of, "attempts")}
 
 
 async def _finish_one_run(database: Database, jobs: Jobs, clock: Clock) -> int:
@@ -168,7 +168,7 @@ async def test_finding_old_audit_entries_reads_the_index_not_the_log(database: D
             await runs.audit(conn, "acme", f"job-{n % 50}", None, "put", "ops", None, DAY)
         await conn.execute("ANALYZE audit_log")
         plan = await conn.fetchval(
-            "EXPLAIN (FORMAT JSON) " + retention.FORGET_OLD_AUDIT, DAY - timedelta(days=1), 100
+            "EXPLAIN (FORMAT JSON) " + retention.SQL.forget_old_audit, DAY - timedelta(days=1), 100
         )
     text = str(plan)
     assert "audit_log_at" in text and "Seq Scan" not in text, text

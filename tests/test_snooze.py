@@ -13,7 +13,7 @@ import pytest
 
 from tickwork.core import limits
 from tickwork.core.clock import FrozenClock
-from tickwork.core.errors import StaleLease
+from tickwork.core.errors import StaleLease, TickworkError
 from tickwork.core.records import Beat, Completed, Completion, Lease, Outcome, State
 from tickwork.core.spec import JobSpec, Retry
 from tickwork.engine.jobs import EnqueueRequest, Jobs
@@ -44,13 +44,24 @@ def snooze(lease: Lease, seconds: float) -> Completion:
     return Completion(lease.id, lease.fencing_token, Outcome.snoozed, delay_seconds=seconds)
 
 
+def failed(lease: Lease) -> Completion:
+    return Completion(lease.id, lease.fencing_token, Outcome.failed)
+
+
+async def _reported(
+    database: Database, lease: Lease, completion: Completion, now: datetime
+) -> Completed | TickworkError:
+    """The answer to ``completion`` of ``lease``, reported on a connection of its own."""
+    async with database.connection(lease.shard) as conn:
+        return (await leases.complete(conn, lease.shard, [completion], now))[0]
+
+
 async def test_a_snoozed_run_is_leased_again_after_its_delay_with_the_same_attempt(
     database: Database, clock: FrozenClock
 ) -> None:
     lease = await _leased(database, clock)
     shard = lease.shard
-    async with database.connection(shard) as conn:
-        [answer] = await leases.complete(conn, shard, [snooze(lease, 60)], clock.now())
+    answer = await _reported(database, lease, snooze(lease, 60), clock.now())
     assert answer == Completed(
         lease.id, State.retry_wait, clock.now() + timedelta(seconds=60), snoozed=True
     )
@@ -91,24 +102,18 @@ async def test_snoozing_uses_no_attempt_so_failures_still_get_every_retry(
     lease = await _leased(database, clock)
     shard = lease.shard
     for _ in range(3):
-        async with database.connection(shard) as conn:
-            await leases.complete(conn, shard, [snooze(lease, 0)], clock.now())
+        await _reported(database, lease, snooze(lease, 0), clock.now())
         clock.advance(1)
         [lease] = await _claim(database, clock, shard)
         assert lease.attempt == 1
-    async with database.connection(shard) as conn:
-        [first] = await leases.complete(
-            conn, shard, [Completion(lease.id, lease.fencing_token, Outcome.failed)], clock.now()
-        )
+    first = await _reported(database, lease, failed(lease), clock.now())
     assert first.state is State.retry_wait  # type: ignore[union-attr]
     clock.advance(3600)
     [lease] = await _claim(database, clock, shard)
     assert lease.attempt == 2
+    last = await _reported(database, lease, failed(lease), clock.now())
+    assert last.state is State.dead  # type: ignore[union-attr]
     async with database.connection(shard) as conn:
-        [last] = await leases.complete(
-            conn, shard, [Completion(lease.id, lease.fencing_token, Outcome.failed)], clock.now()
-        )
-        assert last.state is State.dead  # type: ignore[union-attr]
         assert await conn.fetchval("SELECT count(*) FROM finished_runs WHERE state = 'dead'") == 1
 
 
@@ -172,11 +177,6 @@ async def test_repeating_a_snooze_answers_as_the_first_and_snoozes_once(
     assert again == first
 
 
-async def _snoozing(database: Database, lease: Lease, now: datetime) -> object:
-    async with database.connection(lease.shard) as conn:
-        return (await leases.complete(conn, lease.shard, [snooze(lease, 5)], now))[0]
-
-
 async def _racing(database: Database, lease: Lease, now: datetime, rival: str) -> object:
     """What ``rival`` does to the lease, on a connection of its own."""
     async with database.connection(lease.shard) as conn:
@@ -204,7 +204,7 @@ async def test_a_snooze_racing_another_act_on_its_lease_resolves_to_one_outcome(
         now = clock.now() + timedelta(seconds=31) if rival == "reap" else clock.now()
 
         mine, theirs = await asyncio.gather(
-            _snoozing(database, lease, now), _racing(database, lease, now, rival)
+            _reported(database, lease, snooze(lease, 5), now), _racing(database, lease, now, rival)
         )
         async with database.connection(shard) as conn:
             records = await conn.fetch(

@@ -20,21 +20,25 @@ from tickwork.engine.quotas import TenantLimits, TenantQuotas
 from tickwork.store.database import Database
 
 
+async def refused(replica: TenantQuotas, count: int = 1) -> QuotaExceeded:
+    """What ``replica`` answers when it refuses ``count`` more runs of acme."""
+    with pytest.raises(QuotaExceeded) as refusal:
+        await replica.admit("acme", count)
+    return refusal.value
+
+
 async def test_replicas_share_one_bucket_per_tenant(database: Database, clock: FrozenClock) -> None:
     limits = TenantLimits(enqueue_rate=2, enqueue_burst=10)
     first, second = (TenantQuotas(database, limits, clock=clock) for _ in range(2))
     await first.admit("acme", 6)
     await second.admit("acme", 4)
     for replica in (first, second):
-        with pytest.raises(QuotaExceeded) as refused:
-            await replica.admit("acme", 1)
-        assert refused.value.retry_after == pytest.approx(0.5)
+        assert (await refused(replica)).retry_after == pytest.approx(0.5)
     await first.admit("globex", 10)  # another tenant, another bucket
     clock.advance(1.5)  # three runs' worth, for both replicas together
     await second.admit("acme", 2)
     await first.admit("acme", 1)
-    with pytest.raises(QuotaExceeded):
-        await second.admit("acme", 1)
+    await refused(second)
 
 
 async def test_a_replica_admits_from_an_allowance_taken_ahead(
@@ -65,20 +69,17 @@ async def test_a_replica_admits_from_an_allowance_taken_ahead(
     # The other replica gets the rest of the burst, the first what its allowance holds,
     # and neither one run more: together they admitted the burst exactly.
     await second.admit("acme", int(100 - 2 * ahead))
-    with pytest.raises(QuotaExceeded):
-        await second.admit("acme", 1)
+    await refused(second)
     for _ in range(int(ahead) - 1):
         await first.admit("acme", 1)
-    with pytest.raises(QuotaExceeded):
-        await first.admit("acme", 1)
+    await refused(first)
 
 
 async def test_a_refused_batch_takes_nothing_from_the_shared_bucket(
     database: Database, clock: FrozenClock
 ) -> None:
     quotas = TenantQuotas(database, TenantLimits(enqueue_rate=1, enqueue_burst=5), clock=clock)
-    with pytest.raises(QuotaExceeded):
-        await quotas.admit("acme", 6)
+    await refused(quotas, 6)
     await quotas.admit("acme", 5)
 
 

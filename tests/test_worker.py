@@ -117,6 +117,20 @@ async def enqueue(api_server: Any, name: str, payload: Any = None) -> str:
     return str(run.run_id)
 
 
+async def job_with_worker(
+    api_server: Any,
+    name: str,
+    payload: Any = None,
+    spec: dict[str, Any] | None = None,
+    **settings: Any,
+) -> tuple[str, Results, Worker]:
+    """Put job ``name``, enqueue one run of it, and make a worker reporting to new results."""
+    await put_job(api_server, name, **(spec or {}))
+    run_id = await enqueue(api_server, name, payload)
+    results = Results()
+    return run_id, results, make_worker(api_server, results, **settings)
+
+
 async def state_of(api_server: Any, run_id: str) -> Any:
     run, attempts = await api_server.jobs.run(run_id)
     return run, attempts
@@ -126,10 +140,13 @@ async def state_of(api_server: Any, run_id: str) -> Any:
 
 
 async def test_handler_success_completes_the_run(api_server: Any) -> None:
-    await put_job(api_server, "export-invoices", queue="billing")
-    run_id = await enqueue(api_server, "export-invoices", {"format": "csv"})
-    results = Results()
-    worker = make_worker(api_server, results, queues=["billing"])
+    run_id, results, worker = await job_with_worker(
+        api_server,
+        "export-invoices",
+        payload={"format": "csv"},
+        spec={"queue": "billing"},
+        queues=["billing"],
+    )
     seen: list[RunContext] = []
 
     @worker.handler(job="export-invoices")
@@ -165,10 +182,7 @@ async def test_handler_success_completes_the_run(api_server: Any) -> None:
 
 
 async def test_sync_handler_runs_in_a_thread(api_server: Any) -> None:
-    await put_job(api_server, "plain")
-    run_id = await enqueue(api_server, "plain")
-    results = Results()
-    worker = make_worker(api_server, results)
+    run_id, results, worker = await job_with_worker(api_server, "plain")
     threads: list[int] = []
 
     def plain(ctx: RunContext) -> None:
@@ -213,10 +227,9 @@ async def test_failures_retry_then_go_dead(api_server: Any) -> None:
 
 
 async def test_non_retryable_error_goes_dead_at_once(api_server: Any) -> None:
-    await put_job(api_server, "strict", retry={"maxAttempts": 5, "baseSeconds": 0})
-    run_id = await enqueue(api_server, "strict")
-    results = Results()
-    worker = make_worker(api_server, results)
+    run_id, results, worker = await job_with_worker(
+        api_server, "strict", spec={"retry": {"maxAttempts": 5, "baseSeconds": 0}}
+    )
 
     @worker.handler(job="strict")
     async def strict(ctx: RunContext) -> None:
@@ -234,10 +247,9 @@ async def test_non_retryable_error_goes_dead_at_once(api_server: Any) -> None:
 async def test_a_failing_handler_is_one_log_line_with_the_traceback_at_debug(
     api_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await put_job(api_server, "flaky", retry={"maxAttempts": 2, "baseSeconds": 0})
-    run_id = await enqueue(api_server, "flaky")
-    results = Results()
-    worker = make_worker(api_server, results)
+    run_id, results, worker = await job_with_worker(
+        api_server, "flaky", spec={"retry": {"maxAttempts": 2, "baseSeconds": 0}}
+    )
 
     @worker.handler(job="flaky")
     async def flaky(ctx: RunContext) -> None:
@@ -300,10 +312,7 @@ async def test_concurrency_limits_runs_in_flight(api_server: Any) -> None:
 
 
 async def test_heartbeats_keep_a_run_past_its_lease(api_server: Any) -> None:
-    await put_job(api_server, "slow")
-    run_id = await enqueue(api_server, "slow")
-    results = Results()
-    worker = make_worker(api_server, results, lease_seconds=1)
+    run_id, results, worker = await job_with_worker(api_server, "slow", lease_seconds=1)
     worker.test_signals.init()
     first_expiry: list[Any] = []
     release = asyncio.Event()
@@ -335,46 +344,50 @@ async def test_heartbeats_keep_a_run_past_its_lease(api_server: Any) -> None:
     assert run.state is State.succeeded and len(attempts) == 1
 
 
-async def test_cancel_requested_reaches_the_handler(api_server: Any) -> None:
-    await put_job(api_server, "cancellable")
-    run_id = await enqueue(api_server, "cancellable")
-    results = Results()
-    worker = make_worker(api_server, results, lease_seconds=1.5)
+@dataclass
+class BlockedRun:
+    """A run whose handler waits on ``ctx.cancelled``; ``flags`` holds the handler's
+    ``(cancel_requested, lost)`` as it saw them when woken."""
+
+    run_id: str
+    results: Results
+    flags: list[tuple[bool, bool]] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def blocked_run(api_server: Any, name: str, **spec: Any) -> AsyncIterator[BlockedRun]:
+    """Enqueue a run of ``name`` and yield once a running worker's handler holds it."""
+    run_id, results, worker = await job_with_worker(api_server, name, spec=spec, lease_seconds=1.5)
+    blocked = BlockedRun(run_id, results)
     started = asyncio.Event()
 
-    @worker.handler(job="cancellable")
-    async def cancellable(ctx: RunContext) -> None:
+    @worker.handler(job=name)
+    async def wait_for_cancel(ctx: RunContext) -> None:
         started.set()
         await ctx.cancelled.wait()
-        assert ctx.cancel_requested and not ctx.lost
+        blocked.flags.append((ctx.cancel_requested, ctx.lost))
 
     async with running(worker):
         async with asyncio.timeout(WAIT):
             await started.wait()
-        await api_server.jobs.cancel(run_id, "test")
-        [result] = await results.wait(1)
+        yield blocked
 
+
+async def test_cancel_requested_reaches_the_handler(api_server: Any) -> None:
+    async with blocked_run(api_server, "cancellable") as blocked:
+        await api_server.jobs.cancel(blocked.run_id, "test")
+        [result] = await blocked.results.wait(1)
+
+    assert blocked.flags == [(True, False)]  # cancel requested, lease not lost
     assert result.state == "cancelled"
-    run, _ = await state_of(api_server, run_id)
+    run, _ = await state_of(api_server, blocked.run_id)
     assert run.state is State.cancelled
 
 
 async def test_lost_lease_drops_the_outcome(api_server: Any) -> None:
-    await put_job(api_server, "lost", retry={"maxAttempts": 3, "baseSeconds": 60})
-    run_id = await enqueue(api_server, "lost")
-    results = Results()
-    worker = make_worker(api_server, results, lease_seconds=1.5)
-    started = asyncio.Event()
-
-    @worker.handler(job="lost")
-    async def lost(ctx: RunContext) -> None:
-        started.set()
-        await ctx.cancelled.wait()
-        assert ctx.lost and not ctx.cancel_requested
-
-    async with running(worker):
-        async with asyncio.timeout(WAIT):
-            await started.wait()
+    retry = {"maxAttempts": 3, "baseSeconds": 60}
+    async with blocked_run(api_server, "lost", retry=retry) as blocked:
+        run_id = blocked.run_id
         # The reaper, an hour from now, takes the run back behind the worker's back (one
         # statement, so no heartbeat slips in between; retried if a heartbeat holds the row).
         shard, _ = api_server.jobs.locate_run(run_id)
@@ -385,19 +398,26 @@ async def test_lost_lease_drops_the_outcome(api_server: Any) -> None:
                 return bool((await sweeps.reap(conn, now=later)).total)
 
         await eventually(reaped, within=WAIT, every=0.01, what="the run reaped")
-        [result] = await results.wait(1)
+        [result] = await blocked.results.wait(1)
 
+    assert blocked.flags == [(False, True)]  # lease lost, no cancel requested
     assert result.outcome == "dropped" and result.state is None
     run, _ = await state_of(api_server, run_id)
     assert run.state is State.retry_wait
     assert run.last_error["reason"] == "lease-expired"
 
 
+async def stop_once_started(worker: Worker, started: asyncio.Event) -> asyncio.Task[None]:
+    """Run ``worker`` until ``started`` is set, then stop it; returns the draining run."""
+    task = asyncio.create_task(worker.run())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+    worker.stop()
+    return task
+
+
 async def test_stop_drains_in_flight_runs(api_server: Any) -> None:
-    await put_job(api_server, "drain")
-    first = await enqueue(api_server, "drain")
-    results = Results()
-    worker = make_worker(api_server, results, concurrency=1)
+    first, results, worker = await job_with_worker(api_server, "drain", concurrency=1)
     started = asyncio.Event()
     gate = asyncio.Event()
 
@@ -406,10 +426,7 @@ async def test_stop_drains_in_flight_runs(api_server: Any) -> None:
         started.set()
         await gate.wait()
 
-    task = asyncio.create_task(worker.run())
-    async with asyncio.timeout(WAIT):
-        await started.wait()
-    worker.stop()
+    task = await stop_once_started(worker, started)
     second = await enqueue(api_server, "drain")  # not leased: the worker is draining
     gate.set()
     async with asyncio.timeout(WAIT):
@@ -421,10 +438,12 @@ async def test_stop_drains_in_flight_runs(api_server: Any) -> None:
 
 
 async def test_drain_timeout_fails_unfinished_runs_for_a_retry(api_server: Any) -> None:
-    await put_job(api_server, "hangs", retry={"maxAttempts": 3, "baseSeconds": 60})
-    run_id = await enqueue(api_server, "hangs")
-    results = Results()
-    worker = make_worker(api_server, results, drain_timeout=0.1)
+    run_id, results, worker = await job_with_worker(
+        api_server,
+        "hangs",
+        spec={"retry": {"maxAttempts": 3, "baseSeconds": 60}},
+        drain_timeout=0.1,
+    )
     started = asyncio.Event()
 
     @worker.handler(job="hangs")
@@ -432,10 +451,7 @@ async def test_drain_timeout_fails_unfinished_runs_for_a_retry(api_server: Any) 
         started.set()
         await asyncio.Event().wait()  # never returns on its own
 
-    task = asyncio.create_task(worker.run())
-    async with asyncio.timeout(WAIT):
-        await started.wait()
-    worker.stop()
+    task = await stop_once_started(worker, started)
     async with asyncio.timeout(WAIT):
         await task
 
@@ -446,10 +462,7 @@ async def test_drain_timeout_fails_unfinished_runs_for_a_retry(api_server: Any) 
 
 
 async def test_sigterm_drains_and_completes(api_server: Any) -> None:
-    await put_job(api_server, "sigterm")
-    run_id = await enqueue(api_server, "sigterm")
-    results = Results()
-    worker = make_worker(api_server, results)
+    run_id, results, worker = await job_with_worker(api_server, "sigterm")
     started = asyncio.Event()
     release = threading.Event()
 

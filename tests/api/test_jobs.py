@@ -24,21 +24,9 @@ async def test_the_reference_designs_own_definition_is_taken_with_its_name(
     api_server: ApiServer,
 ) -> None:
     """Section 4.2 of the reference design writes the job with its name in the body."""
-    document = {
-        "name": "billing.export-invoices",
-        "schedule": {
-            "cron": "0 2 * * *",
-            "timeZone": "Europe/Berlin",
-            "jitterSeconds": 0,
-            "missedRunPolicy": "run_once",
-        },
-        "queue": "billing",
-        "priority": "critical",
-        "timeoutSeconds": 900,
-        "retry": {"maxAttempts": 5, "baseSeconds": 30, "maxSeconds": 1800},
-        "concurrency": 1,
-        "payload": {"format": "csv"},
-    }
+    # The design's example is SPEC on Berlin time, with the missed-run policy spelled out.
+    schedule = {**SPEC["schedule"], "timeZone": "Europe/Berlin", "missedRunPolicy": "run_once"}
+    document = {"name": "billing.export-invoices", **SPEC, "schedule": schedule}
     async with client(api_server, api_server.team_token) as team:
         created = await team.put("/v1/jobs/billing.export-invoices", json=document)
         assert created.status_code == 201, created.text

@@ -8,6 +8,7 @@ a woken lease answers is measured by make bench, not here."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,18 @@ def waiting(api_server: ApiServer, monkeypatch: pytest.MonkeyPatch) -> asyncio.Q
     return spy_on_waiters(api_server.services.dispatcher.wakeups, monkeypatch)
 
 
+@pytest.fixture
+async def team(api_server: ApiServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with client(api_server, api_server.team_token, timeout=30) as http:
+        yield http
+
+
+@pytest.fixture
+async def worker(api_server: ApiServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with client(api_server, api_server.worker_token, timeout=30) as http:
+        yield http
+
+
 def leases_of(response: httpx.Response) -> list[dict[str, Any]]:
     assert response.status_code == 200, response.text
     leases: list[dict[str, Any]] = response.json()["leases"]
@@ -33,16 +46,14 @@ def leases_of(response: httpx.Response) -> list[dict[str, Any]]:
 
 
 async def test_a_waiting_lease_returns_as_soon_as_a_run_is_enqueued(
-    api_server: ApiServer, waiting: asyncio.Queue[Waiting]
+    team: httpx.AsyncClient, worker: httpx.AsyncClient, waiting: asyncio.Queue[Waiting]
 ) -> None:
-    async with client(api_server, api_server.team_token, timeout=30) as team:
-        assert (await team.put("/v1/jobs/urgent", json={"priority": "critical"})).status_code == 201
-        async with client(api_server, api_server.worker_token, timeout=30) as worker:
-            polling, watched = await long_poll(worker, waiting, queues=["default"], waitSeconds=5)
-            assert not polling.done()
-            response = await team.post("/v1/jobs/urgent/runs", json={"payload": {"n": 1}})
-            assert response.status_code == 201
-            leases = leases_of(await asyncio.wait_for(polling, 6))
+    assert (await team.put("/v1/jobs/urgent", json={"priority": "critical"})).status_code == 201
+    polling, watched = await long_poll(worker, waiting, queues=["default"], waitSeconds=5)
+    assert not polling.done()
+    response = await team.post("/v1/jobs/urgent/runs", json={"payload": {"n": 1}})
+    assert response.status_code == 201
+    leases = leases_of(await asyncio.wait_for(polling, 6))
     assert [item["runId"] for item in leases] == [response.json()["runId"]]
     assert leases[0]["payload"] == {"n": 1}
     # Woken by the notification, not answered by the 5 s recheck.
@@ -50,11 +61,10 @@ async def test_a_waiting_lease_returns_as_soon_as_a_run_is_enqueued(
 
 
 async def test_an_idle_lease_returns_empty_after_wait_seconds(
-    api_server: ApiServer, waiting: asyncio.Queue[Waiting]
+    worker: httpx.AsyncClient, waiting: asyncio.Queue[Waiting]
 ) -> None:
-    async with client(api_server, api_server.worker_token, timeout=30) as worker:
-        answer = await worker.post("/v1/lease", json={"queues": ["default"], "waitSeconds": 0.3})
-        leases = leases_of(answer)
+    answer = await worker.post("/v1/lease", json={"queues": ["default"], "waitSeconds": 0.3})
+    leases = leases_of(answer)
     assert leases == []
     assert waiting.qsize() == 1
     watched = waiting.get_nowait()
@@ -64,35 +74,34 @@ async def test_an_idle_lease_returns_empty_after_wait_seconds(
 
 
 async def test_a_run_in_another_queue_does_not_end_the_wait(
-    api_server: ApiServer, waiting: asyncio.Queue[Waiting]
+    team: httpx.AsyncClient, worker: httpx.AsyncClient, waiting: asyncio.Queue[Waiting]
 ) -> None:
-    async with client(api_server, api_server.team_token, timeout=30) as team:
-        assert (await team.put("/v1/jobs/invoices", json={"queue": "billing"})).status_code == 201
-        async with client(api_server, api_server.worker_token, timeout=30) as worker:
-            polling, watched = await long_poll(worker, waiting, queues=["default"], waitSeconds=0.3)
-            assert (await team.post("/v1/jobs/invoices/runs")).status_code == 201
-            assert leases_of(await asyncio.wait_for(polling, 5)) == []
-            # Not woken: it waited out its waitSeconds.
-            assert watched.wakes == [False], watched.waits
-            # The billing run is still there for a worker of that queue.
-            assert len(leases_of(await worker.post("/v1/lease", json={"queues": ["billing"]}))) == 1
+    assert (await team.put("/v1/jobs/invoices", json={"queue": "billing"})).status_code == 201
+    polling, watched = await long_poll(worker, waiting, queues=["default"], waitSeconds=0.3)
+    assert (await team.post("/v1/jobs/invoices/runs")).status_code == 201
+    assert leases_of(await asyncio.wait_for(polling, 5)) == []
+    # Not woken: it waited out its waitSeconds.
+    assert watched.wakes == [False], watched.waits
+    # The billing run is still there for a worker of that queue.
+    assert len(leases_of(await worker.post("/v1/lease", json={"queues": ["billing"]}))) == 1
 
 
 async def test_the_due_flip_wakes_a_waiting_lease(
-    api_server: ApiServer, waiting: asyncio.Queue[Waiting]
+    api_server: ApiServer,
+    team: httpx.AsyncClient,
+    worker: httpx.AsyncClient,
+    waiting: asyncio.Queue[Waiting],
 ) -> None:
-    async with client(api_server, api_server.team_token, timeout=30) as team:
-        assert (await team.put("/v1/jobs/later", json={})).status_code == 201
-        run = (await team.post("/v1/jobs/later/runs", json={"delaySeconds": 3600})).json()
+    assert (await team.put("/v1/jobs/later", json={})).status_code == 201
+    run = (await team.post("/v1/jobs/later/runs", json={"delaySeconds": 3600})).json()
     assert run["state"] == "scheduled"
     # A scheduler whose clock is an hour and a bit ahead finds the run due now.
     ahead = Scheduler(
         api_server.database, clock=FrozenClock(datetime.now(UTC) + timedelta(seconds=3700))
     )
-    async with client(api_server, api_server.worker_token, timeout=30) as worker:
-        polling, watched = await long_poll(worker, waiting, queues=["default"], waitSeconds=5)
-        await ahead.pass_once()
-        leases = leases_of(await asyncio.wait_for(polling, 6))
+    polling, watched = await long_poll(worker, waiting, queues=["default"], waitSeconds=5)
+    await ahead.pass_once()
+    leases = leases_of(await asyncio.wait_for(polling, 6))
     assert [item["runId"] for item in leases] == [run["runId"]]
     # Woken by the flip's notification, not answered by the 5 s recheck.
     assert watched.wakes == [True], watched.waits

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from conftest import served
 from polling import eventually
 
-from api.clients import long_poll, spy_on_waiters
+from api.clients import Waiting, long_poll, spy_on_waiters
 from tickwork.api.services import Services
 from tickwork.api.tokens_file import TokensFile
 from tickwork.cli import cli, runtime
@@ -156,18 +156,31 @@ async def test_a_secret_volumes_symlink_swap_is_seen_by_the_watch(
         assert await api.status(OLD) == 401
 
 
+async def poll_across_a_reload(
+    database: Database,
+    path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wait_seconds: int,
+    reloaded: str,
+) -> tuple[httpx.Response, Waiting]:
+    """The worker's long poll, asleep while the tokens file at ``path`` becomes
+    ``reloaded`` and is read again: its answer, and how its wait was watched."""
+    async with dispatcher_over(database, path) as api:
+        waiting = spy_on_waiters(api.services.dispatcher.wakeups, monkeypatch)
+        async with worker_of(api) as worker:
+            body = {"queues": ["default"], "waitSeconds": wait_seconds}
+            poll, watched = await long_poll(worker, waiting, **body)
+            rewrite(path, reloaded)
+            assert api.tokens.reload()
+            return await asyncio.wait_for(poll, 10), watched
+
+
 async def test_a_long_poll_of_a_removed_token_ends_with_401(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "tokens.yaml"
     path.write_text(entries(OLD, WORKER))
-    async with dispatcher_over(database, path) as api:
-        waiting = spy_on_waiters(api.services.dispatcher.wakeups, monkeypatch)
-        async with worker_of(api) as worker:
-            poll, watched = await long_poll(worker, waiting, queues=["default"], waitSeconds=20)
-            rewrite(path, entries(OLD))
-            assert api.tokens.reload()
-            answer = await asyncio.wait_for(poll, 10)
+    answer, watched = await poll_across_a_reload(database, path, monkeypatch, 20, entries(OLD))
     assert answer.status_code == 401, answer.text
     assert answer.json()["detail"] == "the token was removed from the tokens file while it waited"
     # Woken by the reload, not ended at the next recheck of the wait (five seconds).
@@ -179,13 +192,7 @@ async def test_a_long_poll_of_a_token_that_stays_goes_on_waiting(
 ) -> None:
     path = tmp_path / "tokens.yaml"
     path.write_text(entries(OLD, WORKER))
-    async with dispatcher_over(database, path) as api:
-        waiting = spy_on_waiters(api.services.dispatcher.wakeups, monkeypatch)
-        async with worker_of(api) as worker:
-            poll, _ = await long_poll(worker, waiting, queues=["default"], waitSeconds=1)
-            rewrite(path, entries(NEW, WORKER))
-            assert api.tokens.reload()
-            answer = await asyncio.wait_for(poll, 10)
+    answer, _ = await poll_across_a_reload(database, path, monkeypatch, 1, entries(NEW, WORKER))
     assert answer.status_code == 200
     assert answer.json() == {"leases": []}
 

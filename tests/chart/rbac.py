@@ -88,3 +88,11 @@ def unused(needed: set[Permission], given: set[Permission]) -> set[Permission]:
     kinds = {(g, r, v) for g, r, v, _, _ in needed}
     names = {(g, r, v, n) for g, r, v, _, n in needed}
     return {p for p in given if p[:3] not in kinds or (p[4] and (*p[:3], p[4]) not in names)}
+
+
+def check_exact(needed: set[Permission], given: set[Permission], where: str = "") -> None:
+    """``given`` covers every ``needed`` permission and grants nothing beyond them."""
+    prefix = f"{where}: " if where else ""
+    missing, extra = covered(needed, given), unused(needed, given)
+    assert not missing, f"{prefix}missing {sorted(missing)}"
+    assert not extra, f"{prefix}granted but never used {sorted(extra)}"

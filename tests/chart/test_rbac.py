@@ -29,6 +29,16 @@ DISPATCHER_TOKEN = "sa-token-of-the-dispatcher-0123456789"
 WORKER_TOKEN = "sa-token-of-a-team-worker-0123456789"
 
 
+def check_granted_what_it_called(kube: Emulator, component: str) -> None:
+    """What ``component`` called as its ServiceAccount is what the chart grants it, with
+    the minimal values and with everything on."""
+    account = User.service_account(NAMESPACE, name(component))
+    needed = rbac.used(kube.audit, account.username)
+    assert needed, f"the {component} made no call as its ServiceAccount"
+    for values in ("minimal", "everything"):
+        rbac.check_exact(needed, rbac.granted(rendered(values), name(component)), values)
+
+
 async def test_the_dispatcher_is_granted_what_kubernetes_auth_calls(
     kube: Emulator, database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -58,12 +68,7 @@ async def test_the_dispatcher_is_granted_what_kubernetes_auth_calls(
         finally:
             await server.stop()
 
-    needed = rbac.used(kube.audit, account.username)
-    assert needed, "the dispatcher made no call as its ServiceAccount"
-    for values in ("minimal", "everything"):
-        given = rbac.granted(rendered(values), name("dispatcher"))
-        assert not rbac.covered(needed, given), f"{values}: missing"
-        assert not rbac.unused(needed, given), f"{values}: granted but never used"
+    check_granted_what_it_called(kube, "dispatcher")
     # With the tokens file only, the dispatcher calls nothing and is granted nothing.
     assert not rbac.granted(rendered("namespaced"), name("dispatcher"))
 
@@ -205,8 +210,7 @@ async def test_the_operator_is_granted_what_it_calls(
     # cert-manager's CA injector writes it instead: the operator needs no rights on it.
     without_ca = {p for p in needed if p[:2] != admission}
     namespaced = rbac.granted(rendered("namespaced"), name("operator"))
-    assert not rbac.covered(without_ca, namespaced), "namespaced: missing"
-    assert not rbac.unused(without_ca, namespaced), "namespaced: granted but never used"
+    rbac.check_exact(without_ca, namespaced, "namespaced")
     # The Lease: in the release namespace only, whatever the operator watches.
     lease = ("coordination.k8s.io", "leases")
     assert {p[:4] for p in needed if p[:2] == lease} == {
@@ -214,8 +218,7 @@ async def test_the_operator_is_granted_what_it_calls(
     }
     # Watching every namespace: the same rules, cluster-wide.
     clusterwide = rbac.granted(rendered("minimal"), name("operator"))
-    assert not rbac.covered(needed, clusterwide), "every namespace: missing"
-    assert not rbac.unused(needed, clusterwide), "every namespace: granted but never used"
+    rbac.check_exact(needed, clusterwide, "every namespace")
     assert {p[:3] for p in clusterwide if p[:2] != admission} == {p[:3] for p in namespaced}
     assert {p[3] for p in clusterwide if p[:2] != lease} == {""}
 
@@ -260,12 +263,7 @@ async def test_the_scheduler_is_granted_what_coordination_calls(
             await second.shutdown()
         await first.shutdown()
 
-    needed = rbac.used(kube.audit, account.username)
-    assert needed, "the scheduler made no call as its ServiceAccount"
-    for values in ("minimal", "everything"):
-        given = rbac.granted(rendered(values), name("scheduler"))
-        assert not rbac.covered(needed, given), f"{values}: missing"
-        assert not rbac.unused(needed, given), f"{values}: granted but never used"
+    check_granted_what_it_called(kube, "scheduler")
     # --coordination postgres: the scheduler calls nothing and is granted nothing.
     assert not rbac.granted(rendered("namespaced"), name("scheduler"))
 
@@ -406,5 +404,4 @@ async def test_the_job_runner_is_granted_what_it_calls(
     }
     assert ("tickwork.dev", "queues", "lease", team, "containers") in reviewed
     needed |= reviewed
-    assert not rbac.covered(needed, given), "missing"
-    assert not rbac.unused(needed, given), "granted but never used"
+    rbac.check_exact(needed, given)

@@ -19,15 +19,14 @@ from typing import Any
 
 import kubernetes_asyncio
 import pytest
-from conftest import scratch_database, with_database
 from kube import emulator
+from pg_server import migrated_template, scratch_database
 
 from tickwork.coordination.backend import Backend
 from tickwork.coordination.kubernetes import KubernetesLeases
 from tickwork.coordination.postgres import PostgresLeases
 from tickwork.core.clock import FrozenClock
 from tickwork.core.shards import ShardMap
-from tickwork.store import migrate
 from tickwork.store.database import Database
 
 SHARDS = 8
@@ -73,17 +72,7 @@ class Leases:
 @pytest.fixture(scope="session")
 async def coordination_template(server_url: str, template_url: str) -> str:
     """A database with ``SHARDS`` migrated shards (the suite's other tests use 4)."""
-    import asyncpg
-
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
-        await admin.execute(f'CREATE DATABASE "{TEMPLATE}"')
-    finally:
-        await admin.close()
-    await migrate.migrate_all(
-        ShardMap.from_dsns([with_database(server_url, TEMPLATE)], SHARDS).shards
-    )
+    await migrated_template(server_url, TEMPLATE, SHARDS)
     return TEMPLATE
 
 

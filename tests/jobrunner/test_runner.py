@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from tickwork.core import containers
-from tickwork.core.records import State
+from tickwork.core.records import Run, State
 from tickwork.jobrunner import manifest
 from tickwork.worker.client import Lease
 
@@ -43,6 +43,30 @@ async def ended(runner: Any, run_id: str) -> str:
     return str(state)
 
 
+async def export_run(cluster: Cluster, payload: Any = None, **spec: Any) -> tuple[str, str, str]:
+    """Declare the job ``export`` and enqueue a run of it: the run's id and the names of
+    its first two attempts' Jobs."""
+    await cluster.declare("export", **spec)
+    run_id = await cluster.enqueue("export", payload)
+    first, second = (containers.job_name("export", run_id, n) for n in (1, 2))
+    return run_id, first, second
+
+
+async def killed(doomed: Any) -> None:
+    """Wait for a runner made with ``kill_at`` to reach its kill point."""
+    await asyncio.wait_for(doomed.killed.wait(), WAIT)
+
+
+async def assert_ended_as(
+    cluster: Cluster, run_id: str, state: State, attempt: int, jobs: list[str]
+) -> Run:
+    """Check the run's end and the Jobs made for it; returns the run."""
+    run = await cluster.run(run_id)
+    assert (run.state, run.attempt) == (state, attempt)
+    assert cluster.created_jobs() == jobs
+    return run
+
+
 async def test_a_run_is_one_job_with_the_contracts_fields_and_succeeds_with_it(
     cluster: Cluster, runner_for: RunnerFactory
 ) -> None:
@@ -55,9 +79,7 @@ async def test_a_run_is_one_job_with_the_contracts_fields_and_succeeds_with_it(
         await cluster.controller.succeed(name)
         assert await ended(runner, run_id) == "succeeded"
 
-    run = await cluster.run(run_id)
-    assert (run.state, run.attempt) == (State.succeeded, 1)
-    assert cluster.created_jobs() == [name]
+    run = await assert_ended_as(cluster, run_id, State.succeeded, 1, jobs=[name])
     assert name == f"export-{run_id}-1" and len(name) <= 63
 
     meta = job["metadata"]
@@ -109,9 +131,7 @@ async def test_a_run_is_one_job_with_the_contracts_fields_and_succeeds_with_it(
 async def test_a_failed_job_fails_the_run_with_its_reason_and_message_then_retries(
     cluster: Cluster, runner_for: RunnerFactory
 ) -> None:
-    await cluster.declare("export", retry={"maxAttempts": 2, "baseSeconds": 60})
-    run_id = await cluster.enqueue("export")
-    first, second = (containers.job_name("export", run_id, n) for n in (1, 2))
+    run_id, first, second = await export_run(cluster, retry={"maxAttempts": 2, "baseSeconds": 60})
     async with runner_for() as runner:
         await cluster.controller.created(first)
         before = datetime.now(UTC)
@@ -148,9 +168,7 @@ async def test_a_failed_job_fails_the_run_with_its_reason_and_message_then_retri
 async def test_a_job_deleted_by_someone_fails_its_attempt(
     cluster: Cluster, runner_for: RunnerFactory
 ) -> None:
-    await cluster.declare("export")
-    run_id = await cluster.enqueue("export")
-    name = containers.job_name("export", run_id, 1)
+    run_id, name, _ = await export_run(cluster)
     async with runner_for() as runner:
         await cluster.controller.created(name)
         await cluster.controller.delete(name)
@@ -162,9 +180,7 @@ async def test_a_job_deleted_by_someone_fails_its_attempt(
 async def test_a_cancelled_run_has_its_job_deleted(
     cluster: Cluster, runner_for: RunnerFactory
 ) -> None:
-    await cluster.declare("export")
-    run_id = await cluster.enqueue("export")
-    name = containers.job_name("export", run_id, 1)
+    run_id, name, _ = await export_run(cluster)
     clock = FakeClock()
     async with runner_for(clock=clock) as runner:
         await cluster.controller.created(name)
@@ -187,10 +203,8 @@ async def test_a_dry_run_creates_no_job(cluster: Cluster, runner_for: RunnerFact
 
 
 async def test_a_large_payload_is_a_file(cluster: Cluster, runner_for: RunnerFactory) -> None:
-    await cluster.declare("export")
     payload = {"rows": ["x" * 100] * 400}  # 40 KiB encoded
-    run_id = await cluster.enqueue("export", payload)
-    name = containers.job_name("export", run_id, 1)
+    _, name, _ = await export_run(cluster, payload)
     async with runner_for():
         job = await cluster.controller.created(name)
     template = job["spec"]["template"]
@@ -213,11 +227,9 @@ async def test_a_large_payload_is_a_file(cluster: Cluster, runner_for: RunnerFac
 async def test_killed_before_creating_the_job(cluster: Cluster, runner_for: RunnerFactory) -> None:
     """No Job was made: nothing to take up. The lease runs out, the retry makes the one
     Job of the run."""
-    await cluster.declare("export", retry={"maxAttempts": 3, "baseSeconds": 0})
-    run_id = await cluster.enqueue("export")
-    first, second = (containers.job_name("export", run_id, n) for n in (1, 2))
+    run_id, first, second = await export_run(cluster, retry={"maxAttempts": 3, "baseSeconds": 0})
     async with runner_for(kill_at="creating") as doomed:
-        await asyncio.wait_for(doomed.killed.wait(), WAIT)  # type: ignore[attr-defined]
+        await killed(doomed)
     async with runner_for() as runner:
         assert runner.test_signals.adopted.drain() == []
         await cluster.expire(run_id)
@@ -225,9 +237,7 @@ async def test_killed_before_creating_the_job(cluster: Cluster, runner_for: Runn
         await cluster.controller.created(second)
         await cluster.controller.succeed(second)
         assert await ended(runner, run_id) == "succeeded"
-    run = await cluster.run(run_id)
-    assert (run.state, run.attempt) == (State.succeeded, 2)
-    assert cluster.created_jobs() == [second]
+    await assert_ended_as(cluster, run_id, State.succeeded, 2, jobs=[second])
     assert cluster.controller.job(first) is None
 
 
@@ -235,18 +245,14 @@ async def test_killed_between_creating_the_job_and_anything_else(
     cluster: Cluster, runner_for: RunnerFactory
 ) -> None:
     """The next runner finds the Job, holds its lease on and follows it: one Job."""
-    await cluster.declare("export")
-    run_id = await cluster.enqueue("export")
-    name = containers.job_name("export", run_id, 1)
+    run_id, name, _ = await export_run(cluster)
     async with runner_for(kill_at="created") as doomed:
-        await asyncio.wait_for(doomed.killed.wait(), WAIT)  # type: ignore[attr-defined]
+        await killed(doomed)
     async with runner_for() as runner:
         assert await runner.test_signals.adopted.wait(WAIT) == name
         await cluster.controller.succeed(name)
         assert await ended(runner, run_id) == "succeeded"
-    run = await cluster.run(run_id)
-    assert (run.state, run.attempt) == (State.succeeded, 1)
-    assert cluster.created_jobs() == [name]
+    await assert_ended_as(cluster, run_id, State.succeeded, 1, jobs=[name])
 
 
 async def test_a_job_made_for_the_attempt_already_is_followed_not_doubled(
@@ -292,15 +298,13 @@ async def test_killed_mid_heartbeat_and_gone_past_the_lease(
 ) -> None:
     """The lease ran out meanwhile: the next runner fences the orphaned Job off (deletes
     it), the retry gets a Job of its own."""
-    await cluster.declare("export", retry={"maxAttempts": 3, "baseSeconds": 0})
-    run_id = await cluster.enqueue("export")
-    first, second = (containers.job_name("export", run_id, n) for n in (1, 2))
+    run_id, first, second = await export_run(cluster, retry={"maxAttempts": 3, "baseSeconds": 0})
     clock = FakeClock()
     async with runner_for(clock=clock, kill_at="heartbeat") as doomed:
         await cluster.controller.created(first)
         clock.advance(10)
         doomed.wake()
-        await asyncio.wait_for(doomed.killed.wait(), WAIT)  # type: ignore[attr-defined]
+        await killed(doomed)
     await cluster.expire(run_id)
     async with runner_for() as runner:
         assert await runner.test_signals.fenced.wait(WAIT) == first
@@ -309,22 +313,18 @@ async def test_killed_mid_heartbeat_and_gone_past_the_lease(
         await cluster.controller.created(second)
         await cluster.controller.succeed(second)
         assert await ended(runner, run_id) == "succeeded"
-    run = await cluster.run(run_id)
-    assert (run.state, run.attempt) == (State.succeeded, 2)
-    assert cluster.created_jobs() == [first, second]
+    await assert_ended_as(cluster, run_id, State.succeeded, 2, jobs=[first, second])
     assert cluster.deleted_jobs() == [first]
 
 
 async def test_killed_after_the_job_finished_before_the_run_was_completed(
     cluster: Cluster, runner_for: RunnerFactory
 ) -> None:
-    await cluster.declare("export")
-    run_id = await cluster.enqueue("export")
-    name = containers.job_name("export", run_id, 1)
+    run_id, name, _ = await export_run(cluster)
     async with runner_for(kill_at="finished") as doomed:
         await cluster.controller.created(name)
         await cluster.controller.succeed(name)
-        await asyncio.wait_for(doomed.killed.wait(), WAIT)  # type: ignore[attr-defined]
+        await killed(doomed)
     assert (await cluster.run(run_id)).state is State.leased
     async with runner_for() as runner:
         assert await ended(runner, run_id) == "succeeded"
@@ -338,9 +338,7 @@ async def test_a_lost_lease_stops_the_job_and_leaves_the_run_alone(
 ) -> None:
     """The runner was cut off past its lease: the reaper took the run back. Its next
     heartbeat is refused, so it deletes its Job and completes nothing."""
-    await cluster.declare("export", retry={"maxAttempts": 3, "baseSeconds": 60})
-    run_id = await cluster.enqueue("export")
-    name = containers.job_name("export", run_id, 1)
+    run_id, name, _ = await export_run(cluster, retry={"maxAttempts": 3, "baseSeconds": 60})
     clock = FakeClock()
     async with runner_for(clock=clock) as runner:
         await cluster.controller.created(name)
@@ -362,9 +360,7 @@ async def test_a_runner_whose_lease_was_reaped_never_touches_the_next_attempts_j
     """Runner A lost its lease to the reaper; runner B, leasing the retry, stops A's Job
     (its lease is older) and runs its own. A, seeing its Job go, reports the attempt
     with its old fencing token: refused, it changes nothing; B's Job runs on."""
-    await cluster.declare("export", retry={"maxAttempts": 3, "baseSeconds": 0})
-    run_id = await cluster.enqueue("export")
-    first, second = (containers.job_name("export", run_id, n) for n in (1, 2))
+    run_id, first, second = await export_run(cluster, retry={"maxAttempts": 3, "baseSeconds": 0})
     async with runner_for(max_jobs=1) as cut_off:
         await cluster.controller.created(first)
         await cluster.expire(run_id)
@@ -384,9 +380,7 @@ async def test_a_runner_whose_lease_was_reaped_never_touches_the_next_attempts_j
                 task.cancel()
             assert [d.result() for d in done] == ["succeeded"]
     assert cluster.deleted_jobs() == [first]
-    run = await cluster.run(run_id)
-    assert (run.state, run.attempt) == (State.succeeded, 2)
-    assert cluster.created_jobs() == [first, second]
+    await assert_ended_as(cluster, run_id, State.succeeded, 2, jobs=[first, second])
 
 
 async def test_a_run_without_its_scheduled_job_goes_dead_at_once(

@@ -140,195 +140,130 @@ _NEW_EVENT_FIELDS = tuple(
 
 _AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
+
+def _columns(*columns: tuple[str, str, str], age: bool = True) -> tuple[dict[str, Any], ...]:
+    """A type's printer columns from (name, type, JSON path), then Age unless told not to."""
+    named = tuple({"name": n, "type": t, "jsonPath": path} for n, t, path in columns)
+    return (*named, _AGE) if age else named
+
+
+def _built_in(
+    group: str, kind: str, namespaced: bool, *short_names: str, **fields: Any
+) -> ResourceType:
+    """A built-in type: all are served at v1 and named after their kind, as the API server's
+    own types are (lower case; the plural adds an "s")."""
+    singular = kind.lower()
+    return ResourceType(
+        group, "v1", f"{singular}s", kind, namespaced, singular, short_names, **fields
+    )
+
+
 BUILT_IN: tuple[ResourceType, ...] = (
-    ResourceType(
+    _built_in(
         "",
-        "v1",
-        "namespaces",
         "Namespace",
         False,
-        "namespace",
-        ("ns",),
+        "ns",
         extra_subresources=("finalize",),
         status_subresource=True,
         generation=False,
         selectable_fields=("status.phase",),
-        printer_columns=({"name": "Status", "type": "string", "jsonPath": ".status.phase"}, _AGE),
+        printer_columns=_columns(("Status", "string", ".status.phase")),
     ),
-    ResourceType(
+    _built_in(
         "",
-        "v1",
-        "secrets",
         "Secret",
         True,
-        "secret",
         generation=False,
         selectable_fields=("type",),
-        printer_columns=({"name": "Type", "type": "string", "jsonPath": ".type"}, _AGE),
+        printer_columns=_columns(("Type", "string", ".type")),
     ),
-    ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",), generation=False),
-    ResourceType(
+    _built_in("", "ConfigMap", True, "cm", generation=False),
+    _built_in("", "ServiceAccount", True, "sa", generation=False),
+    _built_in(
         "",
-        "v1",
-        "serviceaccounts",
-        "ServiceAccount",
-        True,
-        "serviceaccount",
-        ("sa",),
-        generation=False,
-    ),
-    ResourceType(
-        "",
-        "v1",
-        "events",
         "Event",
         True,
-        "event",
-        ("ev",),
+        "ev",
         generation=False,
         selectable_fields=_CORE_EVENT_FIELDS,
-        printer_columns=(
-            {"name": "Last Seen", "type": "date", "jsonPath": ".lastTimestamp"},
-            {"name": "Type", "type": "string", "jsonPath": ".type"},
-            {"name": "Reason", "type": "string", "jsonPath": ".reason"},
-            {"name": "Object", "type": "string", "jsonPath": ".involvedObject.name"},
-            {"name": "Message", "type": "string", "jsonPath": ".message"},
+        printer_columns=_columns(
+            ("Last Seen", "date", ".lastTimestamp"),
+            ("Type", "string", ".type"),
+            ("Reason", "string", ".reason"),
+            ("Object", "string", ".involvedObject.name"),
+            ("Message", "string", ".message"),
+            age=False,
         ),
     ),
-    ResourceType(
+    _built_in(
         "events.k8s.io",
-        "v1",
-        "events",
         "Event",
         True,
-        "event",
-        ("ev",),
+        "ev",
         generation=False,
         storage=("", "events"),
         to_storage=_event_to_core,
         from_storage=_event_from_core,
         selectable_fields=_NEW_EVENT_FIELDS,
     ),
-    ResourceType(
+    _built_in(
         "",
-        "v1",
-        "pods",
         "Pod",
         True,
-        "pod",
-        ("po",),
+        "po",
         categories=("all",),
         status_subresource=True,
         generation=False,
         selectable_fields=("status.phase", "spec.nodeName"),
-        printer_columns=(
-            {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
-            _AGE,
-        ),
+        printer_columns=_columns(("Status", "string", ".status.phase")),
     ),
-    ResourceType(
+    _built_in(
         "batch",
-        "v1",
-        "jobs",
         "Job",
         True,
-        "job",
         categories=("all",),
         status_subresource=True,
         selectable_fields=("status.successful",),
-        printer_columns=(
-            {"name": "Status", "type": "string", "jsonPath": ".status.conditions[*].type"},
-            _AGE,
-        ),
+        printer_columns=_columns(("Status", "string", ".status.conditions[*].type")),
     ),
-    ResourceType(
+    _built_in(
         "coordination.k8s.io",
-        "v1",
-        "leases",
         "Lease",
         True,
-        "lease",
         unconditional_update=False,
         create_on_update=True,
         generation=False,
-        printer_columns=(
-            {"name": "Holder", "type": "string", "jsonPath": ".spec.holderIdentity"},
-            _AGE,
-        ),
+        printer_columns=_columns(("Holder", "string", ".spec.holderIdentity")),
     ),
-    ResourceType(
+    _built_in(
         "apiextensions.k8s.io",
-        "v1",
-        "customresourcedefinitions",
         "CustomResourceDefinition",
         False,
-        "customresourcedefinition",
-        ("crd", "crds"),
-        ("api-extensions",),
+        "crd",
+        "crds",
+        categories=("api-extensions",),
         status_subresource=True,
         unconditional_update=False,
-        printer_columns=(
-            {"name": "Created At", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-        ),
+        printer_columns=_columns(("Created At", "date", ".metadata.creationTimestamp"), age=False),
     ),
-    ResourceType(
+    _built_in(
         "admissionregistration.k8s.io",
-        "v1",
-        "validatingwebhookconfigurations",
         "ValidatingWebhookConfiguration",
         False,
-        "validatingwebhookconfiguration",
         categories=("api-extensions",),
-        printer_columns=(
-            {"name": "Webhooks", "type": "integer", "jsonPath": ".webhooks[*].name"},
-            _AGE,
-        ),
+        printer_columns=_columns(("Webhooks", "integer", ".webhooks[*].name")),
     ),
-    ResourceType(
+    _built_in(
         "admissionregistration.k8s.io",
-        "v1",
-        "mutatingwebhookconfigurations",
         "MutatingWebhookConfiguration",
         False,
-        "mutatingwebhookconfiguration",
         categories=("api-extensions",),
     ),
-    ResourceType(
-        "authentication.k8s.io",
-        "v1",
-        "tokenreviews",
-        "TokenReview",
-        False,
-        "tokenreview",
-        verbs=CREATE_ONLY,
-    ),
-    ResourceType(
-        "authorization.k8s.io",
-        "v1",
-        "subjectaccessreviews",
-        "SubjectAccessReview",
-        False,
-        "subjectaccessreview",
-        verbs=CREATE_ONLY,
-    ),
-    ResourceType(
-        "authorization.k8s.io",
-        "v1",
-        "localsubjectaccessreviews",
-        "LocalSubjectAccessReview",
-        True,
-        "localsubjectaccessreview",
-        verbs=CREATE_ONLY,
-    ),
-    ResourceType(
-        "authorization.k8s.io",
-        "v1",
-        "selfsubjectaccessreviews",
-        "SelfSubjectAccessReview",
-        False,
-        "selfsubjectaccessreview",
-        verbs=CREATE_ONLY,
-    ),
+    _built_in("authentication.k8s.io", "TokenReview", False, verbs=CREATE_ONLY),
+    _built_in("authorization.k8s.io", "SubjectAccessReview", False, verbs=CREATE_ONLY),
+    _built_in("authorization.k8s.io", "LocalSubjectAccessReview", True, verbs=CREATE_ONLY),
+    _built_in("authorization.k8s.io", "SelfSubjectAccessReview", False, verbs=CREATE_ONLY),
 )
 
 REVIEWS = {

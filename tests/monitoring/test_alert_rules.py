@@ -7,7 +7,6 @@ exports."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import promql_parser
-import pytest
 import yaml
 from chart.chart import ROOT, render
 
 from monitoring import rules
+from monitoring.support import prometheus_tool
 from tickwork.engine.metrics import Metrics
 from tickwork.operator.leadership import OperatorMetrics
 
@@ -27,18 +26,8 @@ OPERATIONS = ROOT / "docs" / "operations.md"
 DASHBOARD = ROOT / "charts" / "tickwork" / "files" / "dashboard.json"
 
 
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        reason = "no promtool: install Debian's prometheus package (apt-get install prometheus)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
-
-
 def test_promtool_passes_every_alert_test(tmp_path: Path) -> None:
-    command = promtool()
+    command = prometheus_tool("promtool")
     # The tests load ../rules.yaml: the same layout, with a fresh render.
     rules.write(tmp_path / "rules.yaml")
     shutil.copytree(rules.ALERT_TESTS, tmp_path / "alerts")

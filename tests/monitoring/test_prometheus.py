@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import shutil
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +26,7 @@ import yaml
 from conftest import TEAM_TOKEN, WORKER_TOKEN, served
 
 from monitoring import rules
+from monitoring.support import lease_and_succeed, prometheus_tool
 from monitoring.test_alert_rules import DASHBOARD, selectors
 from tickwork.api.auth import Role, StaticTokens, TokenEntry
 from tickwork.api.services import Services
@@ -45,16 +44,6 @@ METRICS_TOKEN = "prometheus-scrape-token-0123456789"
 JOBS = ("tw-tickwork-dispatcher", "tw-tickwork-scheduler")
 NAMESPACE = "tickwork"
 DEADLINE_SECONDS = 15.0
-
-
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        reason = "no prometheus: install Debian's prometheus package (apt-get install prometheus)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
 
 
 def free_port() -> int:
@@ -86,7 +75,7 @@ async def prometheus(folder: Path, target: str) -> AsyncIterator[str]:
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        prometheus_binary(),
+        prometheus_tool("prometheus"),
         f"--config.file={folder / 'prometheus.yml'}",
         f"--storage.tsdb.path={folder / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
@@ -116,14 +105,7 @@ async def serve_data(database: Database, clock: FrozenClock, services: Services,
             assert answer.status_code == 201, answer.text
             answer = await http.post(f"/v1/jobs/{name}/runs", json={}, headers=team)
             assert answer.status_code == 201, answer.text
-        leased = await http.post("/v1/lease", json={"queues": ["billing"]}, headers=worker)
-        [granted] = leased.json()["leases"]
-        done = await http.post(
-            f"/v1/runs/{granted['runId']}/complete",
-            json={"fencingToken": granted["fencingToken"], "outcome": "succeeded"},
-            headers=worker,
-        )
-        assert done.status_code == 200, done.text
+        await lease_and_succeed(http, "billing", worker)
     scheduler = Scheduler(
         database, clock=clock, metrics=services.metrics, observer=ShardObserver(services.metrics)
     )
@@ -179,7 +161,7 @@ async def _failures(http: httpx.AsyncClient) -> list[str]:
 async def test_every_panel_and_alert_reads_series_from_a_running_install(
     database: Database, clock: FrozenClock, tmp_path: Path
 ) -> None:
-    prometheus_binary()
+    prometheus_tool("prometheus")
     metrics = Metrics()
     tokens = StaticTokens(
         [

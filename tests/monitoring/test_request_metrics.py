@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Match
 from starlette.types import Message, Receive, Scope, Send
 
+from monitoring.support import lease_and_succeed
 from tickwork.api.app import create_app
 from tickwork.api.request_metrics import OTHER, RequestMetrics, RouteMatcher, app_routes
 from tickwork.core.settings import ApiSettings
@@ -55,15 +56,8 @@ async def test_fast_path_and_routed_calls_are_counted_by_route_template(
         assert run.status_code == 201, run.text
         keyed = {**team, "Idempotency-Key": "k" * 300}  # too long: FastAPI's to refuse
         assert (await http.post("/v1/jobs/nightly/runs", headers=keyed)).status_code == 400
-        leased = await http.post("/v1/lease", json={"queues": ["default"]}, headers=worker)
-        [granted] = leased.json()["leases"]
-        done = await http.post(
-            f"/v1/runs/{granted['runId']}/complete",
-            json={"fencingToken": granted["fencingToken"], "outcome": "succeeded"},
-            headers=worker,
-        )
-        assert done.status_code == 200, done.text
-        assert (await http.get(f"/v1/runs/{granted['runId']}", headers=team)).status_code == 200
+        run_id = await lease_and_succeed(http, "default", worker)
+        assert (await http.get(f"/v1/runs/{run_id}", headers=team)).status_code == 200
         assert (await http.get("/v1/jobs/nightly")).status_code == 401  # before any routing
         assert (await http.get("/v1/no/such/thing", headers=team)).status_code == 404
         assert (await http.post("/v1/runs/some-run-id", headers=team)).status_code == 405

@@ -21,8 +21,11 @@ import yaml
 from kube import emulator
 
 from tickwork.core.clock import FrozenClock
+from tickwork.core.records import Outcome
 from tickwork.core.settings import OperatorSettings, WebhookSettings
-from tickwork.engine.jobs import Jobs
+from tickwork.engine.dispatch import CompleteItem, Dispatcher
+from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.scheduler import Scheduler
 from tickwork.operator import crd
 from tickwork.operator.cluster import Cluster
 from tickwork.operator.runtime import Operator
@@ -83,6 +86,66 @@ def events_of(kube: emulator.Emulator, namespace: str, name: str) -> list[tuple[
     return [(e["type"], e["reason"], e["message"]) for e in posted]
 
 
+def events_with(
+    kube: emulator.Emulator, name: str, reason: str, namespace: str = "default"
+) -> list[tuple[str, str, str]]:
+    """The Events of one ``reason`` on one object, oldest first."""
+    return [e for e in events_of(kube, namespace, name) if e[1] == reason]
+
+
+def status_of(kube: emulator.Emulator, name: str, namespace: str = "default") -> dict[str, Any]:
+    obj = kube.get("sj", name, namespace)
+    assert obj is not None
+    return dict(obj.get("status") or {})
+
+
+async def created(
+    kube: emulator.Emulator, document: dict[str, Any], *, admit: bool = False
+) -> dict[str, Any]:
+    """Create ``document`` and wait until the operator has made its first generation Ready."""
+    await kube.create(document, admit=admit)
+    meta = document["metadata"]
+    namespace = meta.get("namespace", "default")
+    obj = await kube.wait_for("sj", meta["name"], observed(1), namespace=namespace)
+    assert obj is not None
+    return obj
+
+
+async def edited(
+    kube: emulator.Emulator,
+    name: str,
+    spec: dict[str, Any],
+    generation: int,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """Patch the object's spec and wait until the operator has made ``generation`` Ready."""
+    await kube.patch("sj", name, {"spec": spec}, namespace=namespace)
+    obj = await kube.wait_for("sj", name, observed(generation), namespace=namespace)
+    assert obj is not None
+    return obj
+
+
+async def fail_for_good(jobs: Jobs, dispatcher: Dispatcher, name: str, runs: int = 1) -> None:
+    """``runs`` runs of ``name`` enqueued, leased and failed without retry: dead."""
+    for _ in range(runs):
+        await jobs.enqueue("default", name, EnqueueRequest(), "test")
+    leased = await dispatcher.lease(["default"], limit=runs, worker_id="worker-1", lease_seconds=30)
+    assert len(leased) == runs
+    answers = await dispatcher.complete(
+        [
+            CompleteItem(
+                lease.run_id,
+                lease.fencing_token,
+                Outcome.failed,
+                {"message": "poisoned"},
+                retryable=False,
+            )
+            for lease in leased
+        ]
+    )
+    assert {getattr(a, "state", None) for a in answers} == {"dead"}, answers
+
+
 def quick(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 5
     settings.watching.connect_timeout = 2
@@ -109,6 +172,18 @@ async def cluster(cluster_kube: emulator.Emulator) -> AsyncIterator[Cluster]:
 @pytest.fixture
 def jobs(database: Database, clock: FrozenClock) -> Jobs:
     return Jobs(database, clock)
+
+
+@pytest.fixture
+def dispatcher(jobs: Jobs, clock: FrozenClock) -> Dispatcher:
+    """A dispatcher on the test's store and clock, leasing as a worker would."""
+    return Dispatcher(jobs.database, clock)
+
+
+@pytest.fixture
+def scheduler(jobs: Jobs, clock: FrozenClock) -> Scheduler:
+    """The scheduler's passes on the test's store and clock, run when a test says."""
+    return Scheduler(jobs.database, clock=clock)
 
 
 OperatorFactory = Callable[..., contextlib.AbstractAsyncContextManager[Operator]]

@@ -17,7 +17,7 @@ from tickwork.core.errors import NotFound
 from tickwork.core.settings import WebhookSettings
 from tickwork.engine.jobs import Jobs
 
-from .conftest import OperatorFactory, condition, events_of, example, observed, scheduled_job
+from .conftest import OperatorFactory, condition, created, edited, events_of, example, scheduled_job
 
 MERGE = {"Content-Type": "application/merge-patch+json"}
 OBJECTS = "/apis/tickwork.dev/v1alpha1/namespaces/default/scheduledjobs"
@@ -106,8 +106,7 @@ async def test_the_webhook_configuration_is_the_contracts(
         assert operator.webhook is not None
         assert webhook["clientConfig"]["url"].startswith("http://127.0.0.1:")
         assert webhook["clientConfig"]["url"].endswith("/validate")
-        await cluster_kube.create(example("hello"), admit=True)
-        await cluster_kube.wait_for("sj", "hello", observed(1), namespace="default")
+        await created(cluster_kube, example("hello"), admit=True)
     # The CREATE, then Kopf's finalizer UPDATE (spec unchanged: allowed at once).
     assert {c.outcome for c in cluster_kube.admission.calls} == {"allowed"}
     # The configuration stays when the operator stops: with failurePolicy Ignore the
@@ -122,8 +121,7 @@ async def test_with_no_webhook_manage_the_configuration_is_left_to_the_chart(
         port=None, bind="127.0.0.1", host="127.0.0.1", insecure=True, manage=False
     )
     async with operator_for(webhook=unmanaged):
-        await cluster_kube.create(example("hello"))
-        await cluster_kube.wait_for("sj", "hello", observed(1), namespace="default")
+        await created(cluster_kube, example("hello"))
     assert cluster_kube.get("validatingwebhookconfigurations", CONFIGURATION) is None
 
 
@@ -183,8 +181,7 @@ async def test_an_invalid_edit_keeps_the_last_valid_definition_until_it_is_fixed
     cluster_kube: emulator.Emulator, operator_for: OperatorFactory, jobs: Jobs
 ) -> None:
     async with operator_for():
-        await cluster_kube.create(example("nightly-report"))
-        await cluster_kube.wait_for("sj", "nightly-report", observed(1), namespace="default")
+        await created(cluster_kube, example("nightly-report"))
         # Written past admission (a webhook outage): the zone does not exist.
         await cluster_kube.patch(
             "sj",
@@ -206,13 +203,7 @@ async def test_an_invalid_edit_keeps_the_last_valid_definition_until_it_is_fixed
         assert definition.spec.schedule is not None
         assert definition.spec.schedule.time_zone == "Europe/Berlin"
 
-        await cluster_kube.patch(
-            "sj",
-            "nightly-report",
-            {"spec": {"schedule": {"timeZone": "Europe/Lisbon"}}},
-            namespace="default",
-        )
-        await cluster_kube.wait_for("sj", "nightly-report", observed(3), namespace="default")
+        await edited(cluster_kube, "nightly-report", {"schedule": {"timeZone": "Europe/Lisbon"}}, 3)
     definition = (await jobs.get("default", "nightly-report")).definition
     assert definition.spec.schedule is not None
     assert definition.spec.schedule.time_zone == "Europe/Lisbon"
@@ -224,7 +215,6 @@ async def test_with_the_webhook_off_the_operator_still_reconciles(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with operator_for(webhook=None):
-        await cluster_kube.create(example("hello"))
-        await cluster_kube.wait_for("sj", "hello", observed(1), namespace="default")
+        await created(cluster_kube, example("hello"))
     assert cluster_kube.get("validatingwebhookconfigurations", CONFIGURATION) is None
     assert "Admission handlers exist" not in caplog.text

@@ -10,31 +10,37 @@ from typing import Any
 
 from kube import emulator
 
-from tickwork.core.clock import FrozenClock
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.jobs import Jobs
 
-from .conftest import OperatorFactory, condition, events_of, observed, scheduled_job
-from .test_status_pass import fail_for_good, status_of
+from .conftest import (
+    OperatorFactory,
+    condition,
+    created,
+    edited,
+    events_with,
+    fail_for_good,
+    observed,
+    scheduled_job,
+    status_of,
+)
 
 NAME = "flaky-export"
 
 
 def auto_paused_events(kube: emulator.Emulator) -> list[tuple[str, str, str]]:
-    return [e for e in events_of(kube, "default", NAME) if e[1] == "AutoPaused"]
+    return events_with(kube, NAME, "AutoPaused")
 
 
 async def test_an_auto_paused_job_says_why_and_the_same_spec_applied_again_keeps_it(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
     jobs: Jobs,
-    clock: FrozenClock,
+    dispatcher: Dispatcher,
 ) -> None:
-    dispatcher = Dispatcher(jobs.database, clock)
     job = scheduled_job(NAME, pauseAfterFailures=2, retry={"maxAttempts": 1})
     async with operator_for() as operator:
-        await cluster_kube.create(job)
-        await cluster_kube.wait_for("sj", NAME, observed(1), namespace="default")
+        await created(cluster_kube, job)
         await operator.status_pass.pass_once()
         await fail_for_good(jobs, dispatcher, NAME, runs=2)
         await operator.status_pass.pass_once()
@@ -64,10 +70,7 @@ async def test_an_auto_paused_job_says_why_and_the_same_spec_applied_again_keeps
         assert len(auto_paused_events(cluster_kube)) == 1
 
         # A change of the spec (the fix) ends the pause.
-        await cluster_kube.patch(
-            "sj", NAME, {"spec": {"pauseAfterFailures": 3}}, namespace="default"
-        )
-        await cluster_kube.wait_for("sj", NAME, observed(2), namespace="default")
+        await edited(cluster_kube, NAME, {"pauseAfterFailures": 3}, 2)
         await operator.status_pass.pass_once()
     definition = (await jobs.get("default", NAME)).definition
     assert not definition.paused and definition.consecutive_dead == 0
@@ -80,13 +83,11 @@ async def test_a_resume_through_the_api_shows_on_the_object(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
     jobs: Jobs,
-    clock: FrozenClock,
+    dispatcher: Dispatcher,
 ) -> None:
-    dispatcher = Dispatcher(jobs.database, clock)
     job = scheduled_job(NAME, pauseAfterFailures=1, retry={"maxAttempts": 1})
     async with operator_for() as operator:
-        await cluster_kube.create(job)
-        await cluster_kube.wait_for("sj", NAME, observed(1), namespace="default")
+        await created(cluster_kube, job)
         await fail_for_good(jobs, dispatcher, NAME)
         await operator.status_pass.pass_once()
         ready = condition(cluster_kube.get("sj", NAME, "default"))

@@ -9,7 +9,7 @@ from kube.status import ApiError
 
 from tickwork.engine.jobs import Jobs
 
-from .conftest import OperatorFactory, observed, scheduled_job
+from .conftest import OperatorFactory, created, scheduled_job
 from .test_kubectl import table
 
 
@@ -18,8 +18,7 @@ async def test_a_macro_is_admitted_scheduled_and_shown_as_written(
 ) -> None:
     nightly = scheduled_job("nightly", schedule={"cron": "@daily", "timeZone": "Europe/Berlin"})
     async with operator_for():
-        await cluster_kube.create(nightly, admit=True)
-        await cluster_kube.wait_for("sj", "nightly", observed(1), namespace="default")
+        await created(cluster_kube, nightly, admit=True)
         rows = {row["NAME"]: row for row in table(await kubectl.run(cluster_kube, "get", "sj"))}
         # The clock stands at 2026-03-15T01:00Z: the next midnight in Berlin is 23:00Z.
         assert (rows["nightly"]["SCHEDULE"], rows["nightly"]["NEXT"]) == (

@@ -23,9 +23,10 @@ async def test_the_last_jobs_name_shows_in_status_and_kubectl(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
     jobs: Jobs,
+    dispatcher: Dispatcher,
+    scheduler: Scheduler,
     clock: FrozenClock,
 ) -> None:
-    dispatcher = Dispatcher(jobs.database, clock)
     container_job = scheduled_job(
         "export", queue="containers", jobTemplate=TEMPLATE, retry={"baseSeconds": 0}
     )
@@ -57,7 +58,7 @@ async def test_the_last_jobs_name_shows_in_status_and_kubectl(
         await operator.status_pass.pass_once()
         assert (cluster_kube.get("sj", "export", "default") or {})["status"]["lastJobName"] == first
         clock.advance(1)
-        await Scheduler(jobs.database, clock=clock).pass_once()
+        await scheduler.pass_once()
         await dispatcher.lease(["containers"], limit=1, worker_id="runner", lease_seconds=30)
         await operator.status_pass.pass_once()
         status = (cluster_kube.get("sj", "export", "default") or {})["status"]

@@ -32,7 +32,7 @@ from tickwork.operator import leadership
 from tickwork.operator.cluster import Cluster, NotLeading
 from tickwork.operator.runtime import Operator
 
-from .conftest import NAMESPACES, observed, quick, ready, scheduled_job
+from .conftest import NAMESPACES, created, edited, quick, ready, scheduled_job
 
 LEASE_SECONDS = 2.0
 RENEW_SECONDS = LEASE_SECONDS * 0.3
@@ -225,8 +225,7 @@ async def test_the_standby_takes_over_when_the_leader_stops_and_keeps_status_cur
         await asyncio.wait_for(b.operator.ready.wait(), 10)
         async with replicas("operator-a") as a:
             assert (b.operator.leading, a.operator.leading) == (True, False)
-            await cluster_kube.create(scheduled_job("nightly", schedule={"cron": "0 3 * * *"}))
-            await cluster_kube.wait_for("sj", "nightly", observed(1), namespace="default")
+            await created(cluster_kube, scheduled_job("nightly", schedule={"cron": "0 3 * * *"}))
             b.stop.set()
             await asyncio.wait_for(b.running, 15)
             stopped = time.monotonic()
@@ -239,10 +238,7 @@ async def test_the_standby_takes_over_when_the_leader_stops_and_keeps_status_cur
             assert holder(cluster_kube) == "operator-a"
 
             since = len(cluster_kube.audit)
-            await cluster_kube.patch(
-                "sj", "nightly", {"spec": {"schedule": {"cron": "30 3 * * *"}}}, namespace="default"
-            )
-            await cluster_kube.wait_for("sj", "nightly", observed(2), namespace="default")
+            await edited(cluster_kube, "nightly", {"schedule": {"cron": "30 3 * * *"}}, 2)
             assert any(
                 "scheduledjobs/status default/nightly" in w
                 for w in writes_by(cluster_kube, "operator-a", since)
@@ -257,8 +253,7 @@ async def test_a_leader_cut_off_from_its_lease_stops_writing_before_it_expires_f
     async with replicas("operator-a") as a:
         await asyncio.wait_for(a.operator.ready.wait(), 10)
         async with replicas("operator-b") as b:
-            await cluster_kube.create(scheduled_job("nightly", schedule={"cron": "0 3 * * *"}))
-            await cluster_kube.wait_for("sj", "nightly", observed(1), namespace="default")
+            await created(cluster_kube, scheduled_job("nightly", schedule={"cron": "0 3 * * *"}))
             assert await b.election.test_signals.tried.wait() is False
 
             # A reaches everything but its Lease: the asymmetric partition, in which only
@@ -288,10 +283,7 @@ async def test_a_leader_cut_off_from_its_lease_stops_writing_before_it_expires_f
             assert cut.hits > 0
 
             # A change after the failover: written by the new leader, never by the old.
-            await cluster_kube.patch(
-                "sj", "nightly", {"spec": {"schedule": {"cron": "30 3 * * *"}}}, namespace="default"
-            )
-            await cluster_kube.wait_for("sj", "nightly", observed(2), namespace="default")
+            await edited(cluster_kube, "nightly", {"schedule": {"cron": "30 3 * * *"}}, 2)
             # A run leased: the run-derived status comes from the new leader's status pass.
             await jobs.enqueue("default", "nightly", EnqueueRequest(), "test")
             dispatcher = Dispatcher(jobs.database, jobs.clock)
@@ -331,6 +323,5 @@ async def test_a_takeover_while_the_api_server_fails_the_listing_is_tried_again(
             await asyncio.wait_for(b.operator.ready.wait(), 10)
             assert failing.spent
             assert b.operator.terms == 1
-            await cluster_kube.create(scheduled_job("nightly", schedule={"cron": "0 3 * * *"}))
-            await cluster_kube.wait_for("sj", "nightly", observed(1), namespace="default")
+            await created(cluster_kube, scheduled_job("nightly", schedule={"cron": "0 3 * * *"}))
             assert not b.running.done()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any
 
 import pytest
 from kube import emulator
@@ -20,6 +19,8 @@ from tickwork.engine.scheduler import Scheduler
 from .conftest import (
     OperatorFactory,
     condition,
+    created,
+    edited,
     events_of,
     example,
     observed,
@@ -42,12 +43,6 @@ def resource_version(kube: emulator.Emulator, name: str, namespace: str = "defau
     return str(obj["metadata"]["resourceVersion"])
 
 
-def status_of(kube: emulator.Emulator, name: str, namespace: str = "default") -> dict[str, Any]:
-    obj = kube.get("sj", name, namespace)
-    assert obj is not None
-    return dict(obj.get("status") or {})
-
-
 async def test_each_example_is_stored_in_its_shard_and_ready_within_two_seconds(
     cluster_kube: emulator.Emulator, operator_for: OperatorFactory, jobs: Jobs
 ) -> None:
@@ -56,8 +51,7 @@ async def test_each_example_is_stored_in_its_shard_and_ready_within_two_seconds(
         for name, next_run in NEXT_RUN.items():
             manifest = example(name)
             started = loop.time()
-            await cluster_kube.create(manifest)
-            obj = await cluster_kube.wait_for("sj", name, observed(1), namespace="default")
+            obj = await created(cluster_kube, manifest)
             assert loop.time() - started < 2
             assert obj is not None
             status = obj["status"]
@@ -100,15 +94,8 @@ async def test_editing_the_cron_updates_next_run_time_and_the_stored_definition(
     cluster_kube: emulator.Emulator, operator_for: OperatorFactory, jobs: Jobs
 ) -> None:
     async with operator_for():
-        await cluster_kube.create(example("nightly-report"))
-        await cluster_kube.wait_for("sj", "nightly-report", observed(1), namespace="default")
-        await cluster_kube.patch(
-            "sj",
-            "nightly-report",
-            {"spec": {"schedule": {"cron": "15 4 * * *"}}},
-            namespace="default",
-        )
-        obj = await cluster_kube.wait_for("sj", "nightly-report", observed(2), namespace="default")
+        await created(cluster_kube, example("nightly-report"))
+        obj = await edited(cluster_kube, "nightly-report", {"schedule": {"cron": "15 4 * * *"}}, 2)
         assert obj is not None
         assert obj["status"]["nextRunTime"] == "2026-03-15T03:15:00Z"  # 04:15 CET
         definition = (await jobs.get("default", "nightly-report")).definition
@@ -163,14 +150,12 @@ async def test_pausing_stops_new_runs_and_resuming_brings_them_back(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
     jobs: Jobs,
+    scheduler: Scheduler,
     clock: FrozenClock,
 ) -> None:
-    scheduler = Scheduler(jobs.database, clock=clock)
     async with operator_for():
-        await cluster_kube.create(example("hello"))
-        await cluster_kube.wait_for("sj", "hello", observed(1), namespace="default")
-        await cluster_kube.patch("sj", "hello", {"spec": {"paused": True}}, namespace="default")
-        obj = await cluster_kube.wait_for("sj", "hello", observed(2), namespace="default")
+        await created(cluster_kube, example("hello"))
+        obj = await edited(cluster_kube, "hello", {"paused": True}, 2)
         assert condition(obj)["reason"] == "Paused"  # type: ignore[index]
         assert ready(obj)  # pausing is not a fault: alerts key on Ready=False
         assert "nextRunTime" not in obj["status"]  # type: ignore[index]
@@ -181,8 +166,7 @@ async def test_pausing_stops_new_runs_and_resuming_brings_them_back(
         runs, _ = await jobs.runs_of_job("default", "hello", None, None, 10)
         assert runs == []  # five minutes paused: not one run
 
-        await cluster_kube.patch("sj", "hello", {"spec": {"paused": False}}, namespace="default")
-        obj = await cluster_kube.wait_for("sj", "hello", observed(3), namespace="default")
+        obj = await edited(cluster_kube, "hello", {"paused": False}, 3)
         assert condition(obj)["reason"] == "Scheduled"  # type: ignore[index]
         await scheduler.pass_once()
         runs, _ = await jobs.runs_of_job("default", "hello", None, None, 10)
@@ -193,8 +177,7 @@ async def test_deleting_removes_the_definition_cancels_pending_runs_and_keeps_hi
     cluster_kube: emulator.Emulator, operator_for: OperatorFactory, jobs: Jobs
 ) -> None:
     async with operator_for():
-        await cluster_kube.create(example("poison-pill"))
-        await cluster_kube.wait_for("sj", "poison-pill", observed(1), namespace="default")
+        await created(cluster_kube, example("poison-pill"))
         pending, _ = await jobs.enqueue("default", "poison-pill", EnqueueRequest(), "test")
         later, _ = await jobs.enqueue(
             "default", "poison-pill", EnqueueRequest(delay_seconds=3600), "test"
@@ -239,8 +222,7 @@ async def test_objects_outside_the_served_namespaces_are_left_alone(
 ) -> None:
     async with operator_for(namespaces=("team-a",)):
         await cluster_kube.create(example("hello", namespace="team-b"))
-        await cluster_kube.create(example("hello", namespace="team-a"))
-        await cluster_kube.wait_for("sj", "hello", observed(1), namespace="team-a")
+        await created(cluster_kube, example("hello", namespace="team-a"))
     assert cluster_kube.get("sj", "hello", "team-b")["metadata"].get("finalizers") is None  # type: ignore[index]
     with pytest.raises(NotFound):
         await jobs.get("team-b", "hello")
@@ -251,8 +233,7 @@ async def test_an_object_that_takes_over_an_api_job_makes_it_kubernetes_owned(
 ) -> None:
     await jobs.put("team-a", "report", JobSpec(queue="old"), "api")
     async with operator_for():
-        await cluster_kube.create(scheduled_job("report", "team-a", queue="reports"))
-        await cluster_kube.wait_for("sj", "report", observed(1), namespace="team-a")
+        await created(cluster_kube, scheduled_job("report", "team-a", queue="reports"))
     definition = (await jobs.get("team-a", "report")).definition
     assert (definition.managed_by, definition.spec.queue) == (Manager.kubernetes, "reports")
 
@@ -261,12 +242,10 @@ async def test_a_job_without_schedule_or_run_at_has_no_next_run_time(
     cluster_kube: emulator.Emulator, operator_for: OperatorFactory
 ) -> None:
     async with operator_for():
-        await cluster_kube.create(scheduled_job("on-demand", queue="default"))
-        obj = await cluster_kube.wait_for("sj", "on-demand", observed(1), namespace="default")
+        obj = await created(cluster_kube, scheduled_job("on-demand", queue="default"))
         assert obj is not None and "nextRunTime" not in obj["status"]
         at = "2026-04-01T12:00:00Z"
-        await cluster_kube.create(scheduled_job("once", runAt=at))
-        obj = await cluster_kube.wait_for("sj", "once", observed(1), namespace="default")
+        obj = await created(cluster_kube, scheduled_job("once", runAt=at))
         assert obj is not None and obj["status"]["nextRunTime"] == at
 
 

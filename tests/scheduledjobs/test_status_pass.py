@@ -4,57 +4,37 @@ within the status interval, with the RunDead and MissedRunsCaughtUp Events."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from kube import emulator
 
 from tickwork.core.clock import FrozenClock
 from tickwork.core.records import Outcome
 from tickwork.engine.dispatch import CompleteItem, Dispatcher
-from tickwork.engine.jobs import EnqueueRequest, Jobs
+from tickwork.engine.jobs import Jobs
 from tickwork.engine.scheduler import Scheduler
 
-from .conftest import OperatorFactory, events_of, example, observed, scheduled_job
-
-
-def status_of(kube: emulator.Emulator, name: str) -> dict[str, Any]:
-    obj = kube.get("sj", name, "default")
-    assert obj is not None
-    return dict(obj.get("status") or {})
-
-
-async def fail_for_good(jobs: Jobs, dispatcher: Dispatcher, name: str, runs: int = 1) -> None:
-    """``runs`` runs of ``name`` enqueued, leased and failed without retry: dead."""
-    for _ in range(runs):
-        await jobs.enqueue("default", name, EnqueueRequest(), "test")
-    leased = await dispatcher.lease(["default"], limit=runs, worker_id="worker-1", lease_seconds=30)
-    assert len(leased) == runs
-    answers = await dispatcher.complete(
-        [
-            CompleteItem(
-                lease.run_id,
-                lease.fencing_token,
-                Outcome.failed,
-                {"message": "poisoned"},
-                retryable=False,
-            )
-            for lease in leased
-        ]
-    )
-    assert {getattr(a, "state", None) for a in answers} == {"dead"}, answers
+from .conftest import (
+    OperatorFactory,
+    created,
+    edited,
+    events_with,
+    example,
+    fail_for_good,
+    observed,
+    scheduled_job,
+    status_of,
+)
 
 
 async def test_a_dead_run_shows_in_status_and_as_an_event_within_the_interval(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
     jobs: Jobs,
-    clock: FrozenClock,
+    dispatcher: Dispatcher,
 ) -> None:
-    dispatcher = Dispatcher(jobs.database, clock)
     loop = asyncio.get_running_loop()
     async with operator_for(status_interval=0.5):
-        await cluster_kube.create(example("poison-pill"))
-        await cluster_kube.wait_for("sj", "poison-pill", observed(1), namespace="default")
+        await created(cluster_kube, example("poison-pill"))
         await fail_for_good(jobs, dispatcher, "poison-pill")
         died = loop.time()
         obj = await cluster_kube.wait_for(
@@ -64,9 +44,7 @@ async def test_a_dead_run_shows_in_status_and_as_an_event_within_the_interval(
             namespace="default",
         )
         await cluster_kube.wait_until(
-            lambda: any(
-                e[1] == "RunDead" for e in events_of(cluster_kube, "default", "poison-pill")
-            )
+            lambda: bool(events_with(cluster_kube, "poison-pill", "RunDead"))
         )
         assert loop.time() - died < 1.0 + 0.5  # one interval, and the pass itself
     assert obj is not None
@@ -74,9 +52,7 @@ async def test_a_dead_run_shows_in_status_and_as_an_event_within_the_interval(
     assert (status["lastRunState"], status["activeRuns"], status["deadRuns"]) == ("dead", 0, 1)
     assert status["lastScheduleTime"] == "2026-03-15T01:00:00Z"  # the enqueued run's dueAt
     assert "lastSuccessfulTime" not in status
-    (dead_event,) = [
-        e for e in events_of(cluster_kube, "default", "poison-pill") if e[1] == "RunDead"
-    ]
+    (dead_event,) = events_with(cluster_kube, "poison-pill", "RunDead")
     assert dead_event[0] == "Warning"
     assert dead_event[2].startswith("1 run reached the dead-letter queue (1 dead in all)")
 
@@ -85,14 +61,12 @@ async def test_a_dead_run_storm_is_one_event_a_minute_counting_the_runs(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
     jobs: Jobs,
-    clock: FrozenClock,
+    dispatcher: Dispatcher,
 ) -> None:
-    dispatcher = Dispatcher(jobs.database, clock)
     minute = [0.0]
     async with operator_for() as operator:
         operator.status_pass.notices.clock = lambda: minute[0]
-        await cluster_kube.create(example("poison-pill"))
-        await cluster_kube.wait_for("sj", "poison-pill", observed(1), namespace="default")
+        await created(cluster_kube, example("poison-pill"))
 
         await fail_for_good(jobs, dispatcher, "poison-pill")
         await operator.status_pass.pass_once()
@@ -104,20 +78,9 @@ async def test_a_dead_run_storm_is_one_event_a_minute_counting_the_runs(
         minute[0] = 61
         await operator.status_pass.pass_once()  # the held-back count, once the minute is up
         await cluster_kube.wait_until(
-            lambda: (
-                len(
-                    [
-                        e
-                        for e in events_of(cluster_kube, "default", "poison-pill")
-                        if e[1] == "RunDead"
-                    ]
-                )
-                == 2
-            )
+            lambda: len(events_with(cluster_kube, "poison-pill", "RunDead")) == 2
         )
-    messages = [
-        e[2] for e in events_of(cluster_kube, "default", "poison-pill") if e[1] == "RunDead"
-    ]
+    messages = [e[2] for e in events_with(cluster_kube, "poison-pill", "RunDead")]
     assert messages[0].startswith("1 run reached the dead-letter queue")
     assert messages[1].startswith("15 runs reached the dead-letter queue (16 dead in all)")
 
@@ -125,11 +88,10 @@ async def test_a_dead_run_storm_is_one_event_a_minute_counting_the_runs(
 async def test_success_schedule_and_next_run_follow_the_scheduler(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
-    jobs: Jobs,
+    dispatcher: Dispatcher,
+    scheduler: Scheduler,
     clock: FrozenClock,
 ) -> None:
-    dispatcher = Dispatcher(jobs.database, clock)
-    scheduler = Scheduler(jobs.database, clock=clock)
     async with operator_for() as operator:
         await cluster_kube.create(example("hello"))  # every minute, no jitter
         await cluster_kube.wait_for("sj", "hello", observed(1), namespace="default")
@@ -170,33 +132,25 @@ async def test_success_schedule_and_next_run_follow_the_scheduler(
 async def test_a_catch_up_after_a_pause_is_an_event(
     cluster_kube: emulator.Emulator,
     operator_for: OperatorFactory,
-    jobs: Jobs,
+    scheduler: Scheduler,
     clock: FrozenClock,
 ) -> None:
-    scheduler = Scheduler(jobs.database, clock=clock)
     job = scheduled_job(
         "hourly",
         schedule={"cron": "0 * * * *", "jitterSeconds": 0, "missedRunPolicy": "run_all"},
     )
     async with operator_for() as operator:
-        await cluster_kube.create(job)
-        await cluster_kube.wait_for("sj", "hourly", observed(1), namespace="default")
+        await created(cluster_kube, job)
         await operator.status_pass.pass_once()  # the operator has seen the job once
-        await cluster_kube.patch("sj", "hourly", {"spec": {"paused": True}}, namespace="default")
-        await cluster_kube.wait_for("sj", "hourly", observed(2), namespace="default")
+        await edited(cluster_kube, "hourly", {"paused": True}, 2)
         clock.advance(5 * 3600 + 60)  # five fire times missed while paused (02:00-06:00)
-        await cluster_kube.patch("sj", "hourly", {"spec": {"paused": False}}, namespace="default")
-        await cluster_kube.wait_for("sj", "hourly", observed(3), namespace="default")
+        await edited(cluster_kube, "hourly", {"paused": False}, 3)
         await scheduler.pass_once()
         await operator.status_pass.pass_once()
         await cluster_kube.wait_until(
-            lambda: any(
-                e[1] == "MissedRunsCaughtUp" for e in events_of(cluster_kube, "default", "hourly")
-            )
+            lambda: bool(events_with(cluster_kube, "hourly", "MissedRunsCaughtUp"))
         )
-    (caught,) = [
-        e for e in events_of(cluster_kube, "default", "hourly") if e[1] == "MissedRunsCaughtUp"
-    ]
+    (caught,) = events_with(cluster_kube, "hourly", "MissedRunsCaughtUp")
     assert caught[:2] == ("Normal", "MissedRunsCaughtUp")
     assert caught[2] == "5 missed fire time(s) caught up"
     assert status_of(cluster_kube, "hourly")["missedRunsDropped"] == 0

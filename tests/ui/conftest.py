@@ -11,19 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ApiServer, test_tokens
+from conftest import ApiServer, services_over
 from fastapi import FastAPI
 
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
-from tickwork.api.services import Services
 from tickwork.core.records import Outcome, Run
-from tickwork.core.settings import ApiSettings
 from tickwork.core.spec import JobSpec
 from tickwork.engine.dispatch import CompleteItem
-from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import EnqueueRequest
-from tickwork.engine.metrics import Metrics
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store.database import Database
 
@@ -39,11 +35,8 @@ class UiServer(ApiServer):
 @pytest.fixture
 async def dashboard(database: Database) -> AsyncIterator[UiServer]:
     """The API with the dashboard, refreshing open pages every 0.2 s."""
-    services = Services(
-        engine=Installation.over(database),
-        authenticator=test_tokens(),
-        metrics=Metrics(),
-        settings=ApiSettings(ui_poll_seconds=POLL_SECONDS, ui_secret="test-secret-" + "x" * 32),
+    services = services_over(
+        database, ui_poll_seconds=POLL_SECONDS, ui_secret="test-secret-" + "x" * 32
     )
     app = create_app(services)
     server = HttpServer(app, port=0)
@@ -52,6 +45,13 @@ async def dashboard(database: Database) -> AsyncIterator[UiServer]:
         yield UiServer(url=url, services=services, scheduler=Scheduler(database), app=app)
     finally:
         await server.stop()
+
+
+def shown(page: str, term: str) -> str:
+    """The text a page gives for ``term`` in a definition list, tags stripped."""
+    found = re.search(rf"<dt>{term}</dt><dd[^>]*>(.*?)</dd>", page, re.S)
+    assert found is not None, page
+    return re.sub(r"<[^>]+>", "", found.group(1))
 
 
 def csrf_of(html: str) -> str:

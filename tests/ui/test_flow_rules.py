@@ -3,17 +3,9 @@ answered by the rule with a run the job already had."""
 
 from __future__ import annotations
 
-import re
-
 from conftest import TEAM_TOKEN
 
-from .conftest import UiServer, csrf_of, make_job, signed_in
-
-
-def _shown(page: str, term: str) -> str:
-    found = re.search(rf"<dt>{term}</dt><dd[^>]*>(.*?)</dd>", page, re.S)
-    assert found is not None, page
-    return re.sub(r"<[^>]+>", "", found.group(1))
+from .conftest import UiServer, csrf_of, make_job, shown, signed_in
 
 
 async def test_the_job_page_shows_the_rule_and_run_now_says_deduplicated(
@@ -28,7 +20,7 @@ async def test_the_job_page_shows_the_rule_and_run_now_says_deduplicated(
     await make_job(dashboard, "acme", "reindex", debounce={"key": "/doc", "seconds": 30})
     async with signed_in(dashboard, TEAM_TOKEN) as client:
         page = await client.get("/ui/jobs/sync")
-        assert _shown(page.text, "Unique") == (
+        assert shown(page.text, "Unique") == (
             "one run per job: an enqueue whose key a run holds (scheduled, ready, retry_wait, "
             "succeeded; finished ones for 10 min) gets that run, deduplicated"
         )
@@ -45,6 +37,6 @@ async def test_the_job_page_shows_the_rule_and_run_now_says_deduplicated(
             "enqueue; no run was made." in (await client.get("/ui/jobs/sync")).text
         )
 
-        shown = _shown((await client.get("/ui/jobs/reindex")).text, "Debounce")
-        assert shown.startswith("one run per burst of key /doc: it starts 30 s after")
-        assert "5 min after the first" in shown
+        debounce = shown((await client.get("/ui/jobs/reindex")).text, "Debounce")
+        assert debounce.startswith("one run per burst of key /doc: it starts 30 s after")
+        assert "5 min after the first" in debounce

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 from conftest import ADMIN_TOKEN, OTHER_TEAM_TOKEN, TEAM_TOKEN, WORKER_TOKEN
 
 from tickwork.api.ui import sessions
@@ -211,14 +212,17 @@ async def test_pages_forbid_inline_script_and_framing(dashboard: UiServer) -> No
         assert script.headers["content-type"].startswith("text/javascript")
 
 
-async def test_the_live_region_is_served_alone(dashboard: UiServer) -> None:
+@pytest.mark.parametrize("path", ["/ui/jobs", "/ui/audit"])
+async def test_the_live_region_is_served_alone(dashboard: UiServer, path: str) -> None:
+    """What a page refreshes in place comes without the page around it, and not to a
+    stranger."""
     await make_job(dashboard, "acme", "nightly")
     async with signed_in(dashboard, TEAM_TOKEN) as client:
-        live = await client.get("/ui/jobs", headers={"X-Tickwork-Live": "1"})
+        live = await client.get(path, headers={"X-Tickwork-Live": "1"})
         assert live.status_code == 200
         assert "nightly" in live.text and "<html" not in live.text
     async with httpx.AsyncClient(base_url=dashboard.url) as stranger:
-        gone = await stranger.get("/ui/jobs", headers={"X-Tickwork-Live": "1"})
+        gone = await stranger.get(path, headers={"X-Tickwork-Live": "1"})
         assert gone.status_code == 401
 
 
@@ -411,14 +415,6 @@ async def test_the_audit_page_lists_who_changed_what_for_the_tenant_only(
         assert "Nothing was recorded for job never-made" in empty
         bad = await client.get("/ui/audit", params={"job": "Not A Name!"})
         assert bad.status_code == 400 and "job" in bad.text
-
-
-async def test_the_audit_page_refreshes_in_place(dashboard: UiServer) -> None:
-    await make_job(dashboard, "acme", "nightly")
-    async with signed_in(dashboard, TEAM_TOKEN) as client:
-        live = await client.get("/ui/audit", headers={"X-Tickwork-Live": "1"})
-    assert live.status_code == 200
-    assert "nightly" in live.text and "<html" not in live.text
 
 
 async def test_a_pause_or_resume_from_a_stale_page_is_not_done(dashboard: UiServer) -> None:

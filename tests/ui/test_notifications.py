@@ -13,18 +13,12 @@ from datetime import datetime
 
 import pytest
 from click.testing import CliRunner
-from conftest import OTHER_TEAM_TOKEN, TEAM_TOKEN
+from conftest import OTHER_TEAM_TOKEN, TEAM_TOKEN, served, services_over
 from conftest import test_tokens as static_tokens
 
-from tickwork.api.app import create_app
 from tickwork.api.auth import Action, FirstMatch, Principal, Role
-from tickwork.api.server import HttpServer
-from tickwork.api.services import Services
 from tickwork.cli import cli
 from tickwork.core.errors import Forbidden
-from tickwork.core.settings import ApiSettings
-from tickwork.engine.installation import Installation
-from tickwork.engine.metrics import Metrics
 from tickwork.engine.notifications import Deliveries, Request, Target, Targets
 from tickwork.engine.scheduler import Scheduler
 from tickwork.store.database import Database
@@ -218,18 +212,10 @@ class AuditReader:
 
 @pytest.fixture
 async def reader_dashboard(database: Database) -> AsyncIterator[UiServer]:
-    services = Services(
-        engine=Installation.over(database),
-        authenticator=FirstMatch([static_tokens(), AuditReader()]),
-        metrics=Metrics(),
-        settings=ApiSettings(ui_secret="test-secret-" + "x" * 32),
-    )
-    server = HttpServer(create_app(services), port=0)
-    url = await server.start()
-    try:
+    reader = FirstMatch([static_tokens(), AuditReader()])
+    services = services_over(database, reader, ui_secret="test-secret-" + "x" * 32)
+    async with served(services) as url:
         yield UiServer(url=url, services=services, scheduler=Scheduler(database))
-    finally:
-        await server.stop()
 
 
 async def test_a_viewer_who_may_read_only_the_audit_log_sees_the_deliveries(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from cron_reference import MACROS
 from pydantic import ValidationError
 
 from tickwork.api.ui.words import schedule_in_words
@@ -24,16 +25,6 @@ from tickwork.core.spec import JobSpec
 from tickwork.engine import manifests
 from tickwork.operator import crd as crd_module
 
-# docs/cron.md's table, written out here rather than read from the module under test.
-EXPANSIONS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 # Midnight is when Havana changed its clocks in 2018: 00:00 did not exist on 11 March,
 # and 00:00-00:59 happened twice on 4 November.
 HAVANA = "America/Havana"
@@ -60,13 +51,13 @@ def refusal(expression: str) -> str:
 # --- the schedule ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("macro", sorted(EXPANSIONS))
+@pytest.mark.parametrize("macro", sorted(MACROS))
 def test_a_macro_fires_as_its_five_fields_in_any_zone(macro: str) -> None:
     for zone in ZONES:
         by_macro = cron.CronSchedule.parse(macro, zone)
-        by_fields = cron.CronSchedule.parse(EXPANSIONS[macro], zone)
+        by_fields = cron.CronSchedule.parse(MACROS[macro], zone)
         assert by_macro == by_fields
-        assert (by_macro.expression, by_macro.macro) == (EXPANSIONS[macro], macro)
+        assert (by_macro.expression, by_macro.macro) == (MACROS[macro], macro)
         assert by_macro.fixed_hour == (macro != "@hourly")
         for after in AFTER:
             assert by_macro.preview(after, 30) == by_fields.preview(after, 30), (zone, after)
@@ -193,7 +184,7 @@ def test_the_spec_refuses_reboot_naming_schedule_cron() -> None:
 def test_the_crd_and_the_api_describe_the_macros() -> None:
     description = JobSpec.model_json_schema()["$defs"]["Schedule"]["properties"]["cron"]
     text = description["description"]
-    for macro, fields in EXPANSIONS.items():
+    for macro, fields in MACROS.items():
         assert f"`{macro}`" in text and f"({fields})" in text
     assert "`@reboot` and `@every` are refused" in text
     # What `kubectl explain scheduledjob.spec.schedule.cron` shows (the chart's copy is
@@ -271,8 +262,8 @@ def test_preview_refuses_reboot_and_every_with_the_advice(expression: str, fragm
     assert "Invalid value for 'CRON'" in output and fragment in output
 
 
-@pytest.mark.parametrize("macro", sorted(EXPANSIONS))
+@pytest.mark.parametrize("macro", sorted(MACROS))
 def test_the_dashboard_words_of_a_macro_are_those_of_its_fields(macro: str) -> None:
     words = schedule_in_words(macro)
-    assert words and words == schedule_in_words(EXPANSIONS[macro])
+    assert words and words == schedule_in_words(MACROS[macro])
     assert schedule_in_words(f" {macro.upper()} ") == words

@@ -200,13 +200,16 @@ def create_app(services: Services) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     problems.install(app)
-    app.include_router(ops_routes.router)
-    app.include_router(worker_routes.router)
-    app.include_router(jobs_routes.router)
-    app.include_router(audit_routes.router)
-    app.include_router(operations_routes.router)
-    app.include_router(queues_routes.router)
-    app.include_router(notifications_routes.router)
+    for routes in (
+        ops_routes,
+        worker_routes,
+        jobs_routes,
+        audit_routes,
+        operations_routes,
+        queues_routes,
+        notifications_routes,
+    ):
+        app.include_router(routes.router)
     dashboard.install(app, services)
     # Outermost last: every answer counted, a client gone before its body was read
     # (not an error), the body deadline, then authentication (before any body is

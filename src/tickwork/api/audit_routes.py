@@ -9,8 +9,6 @@ from starlette.responses import Response
 
 from tickwork.api import access, models, parameters, render, responses
 from tickwork.api.parameters import Caller, Cursor, Limit, Svc, TenantParam
-from tickwork.core.errors import InvalidRequest
-from tickwork.core.spec import check_name
 from tickwork.engine import audit
 from tickwork.engine.cursors import Position
 
@@ -37,11 +35,7 @@ async def list_audit(
     tenant: TenantParam = None,
 ) -> Response:
     owner = await access.tenant(caller, access.Operation.list_audit, tenant)
-    if job is not None:
-        try:
-            check_name(job, stored=True)
-        except ValueError as error:
-            raise InvalidRequest(str(error), field="job") from error
+    parameters.job_filter(job)
     after = None if cursor is None else Position.decode(cursor)
     size = limit or svc.settings.default_page_size
     page, next_cursor = await audit.entries(svc.engine.database, owner, job, after, size)

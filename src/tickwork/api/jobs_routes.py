@@ -6,6 +6,8 @@ coercion, unknown fields refused; each body model is documented with ``openapi_e
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request
@@ -18,10 +20,10 @@ from tickwork.api.parameters import Caller, Cursor, Limit, Svc, TenantParam
 from tickwork.api.services import Services
 from tickwork.core import fields, limits, preconditions
 from tickwork.core.errors import InvalidRequest, NotFound, TickworkError
-from tickwork.core.records import State
+from tickwork.core.records import Run, Scope, State
 from tickwork.core.spec import JobSpec, check_name, encoded_payloads
 from tickwork.engine.backfill import Backfills
-from tickwork.engine.jobs import DeadCursor, EnqueueRequest
+from tickwork.engine.jobs import DeadCursor, EnqueueRequest, Jobs
 
 router = APIRouter(prefix="/v1")
 
@@ -30,6 +32,9 @@ JobName = Annotated[
     Path(description="The job's name (DNS-1123 subdomain).", json_schema_extra=models.NAME_SCHEMA),
 ]
 RunId = Annotated[str, Path(alias="runId", description="The run's id.")]
+RunChange = Callable[[Jobs, str, str, Scope], Awaitable[Run]]
+RunRoute = Callable[[str, Principal, Services], Awaitable[Response]]
+JobRoute = Callable[[str, Principal, Services, Request, str | None], Awaitable[Response]]
 
 _errors = {
     **parameters.ERRORS,
@@ -54,15 +59,6 @@ _edit_errors = {
         }
     ),
 }
-
-
-def _job_name(name: str) -> str:
-    """``name`` if a stored job can have it, else the job is not found."""
-    try:
-        check_name(name, stored=True)
-    except ValueError as error:
-        raise NotFound(str(error), field="name") from error
-    return name
 
 
 def _limit(svc: Services, limit: int | None) -> int:
@@ -105,8 +101,16 @@ async def _admit(svc: Services, tenant: str, runs: int) -> None:
         await svc.quota.admit(tenant, runs)
 
 
-def _cursor_problem(error: TickworkError | ValueError) -> InvalidRequest:
-    return InvalidRequest(f"malformed cursor: {error}", field="cursor")
+def _check_cursor(
+    cursor: str | None, check: Callable[[str], object], malformed: type[Exception]
+) -> None:
+    """A page's cursor that ``check`` refuses (with ``malformed``) is the caller's error."""
+    if cursor is None:
+        return
+    try:
+        check(cursor)
+    except malformed as error:
+        raise InvalidRequest(f"malformed cursor: {error}", field="cursor") from error
 
 
 async def _job_response(svc: Services, tenant: str, name: str, status: int = 200) -> Response:
@@ -163,7 +167,7 @@ async def put_job(
 )
 async def get_job(name: JobName, caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
     owner = await access.tenant(caller, Operation.get_job, tenant, name)
-    return await _job_response(svc, owner, _job_name(name))
+    return await _job_response(svc, owner, parameters.job_name(name))
 
 
 @router.delete(
@@ -177,7 +181,7 @@ async def delete_job(
     owner = await access.tenant(caller, Operation.delete_job, tenant, name)
     precondition = _if_match_only(request)
     cancelled, requested = await svc.jobs.delete(
-        owner, _job_name(name), caller.subject, precondition=precondition
+        owner, parameters.job_name(name), caller.subject, precondition=precondition
     )
     return responses.json(
         {
@@ -200,54 +204,38 @@ async def list_jobs(
     limit: Limit = None,
 ) -> Response:
     owner = await access.tenant(caller, Operation.list_jobs, tenant)
-    if cursor is not None:
-        try:
-            check_name(cursor, stored=True)  # the last name of the previous page
-        except ValueError as error:
-            raise _cursor_problem(error) from error
+    # The last name of the previous page.
+    _check_cursor(cursor, functools.partial(check_name, stored=True), ValueError)
     page, next_cursor = await svc.jobs.list_jobs(owner, cursor, _limit(svc, limit))
     items = [render.job(view) for view in page]
     return responses.json({"items": items, "nextCursor": next_cursor})
 
 
-@router.post(
-    "/jobs/{name}:pause",
-    summary="Pause a job (idempotent)",
-    responses={200: {"model": models.Job}, **_edit_errors},
+def _set_paused(paused: bool) -> JobRoute:
+    """The route that pauses (or resumes) a job."""
+
+    async def route(
+        name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
+    ) -> Response:
+        # One permission for both: whoever may pause a job may resume it.
+        owner = await access.tenant(caller, Operation.pause_job, tenant, name)
+        precondition = _if_match_only(request)
+        await svc.jobs.set_paused(
+            owner, parameters.job_name(name), paused, caller.subject, precondition=precondition
+        )
+        return await _job_response(svc, owner, name)
+
+    return route
+
+
+parameters.pause_and_resume(
+    router,
+    "/jobs/{name}",
+    "job",
+    ("Pause a job (idempotent)", "Resume a job (idempotent)"),
+    {200: {"model": models.Job}, **_edit_errors},
+    _set_paused,
 )
-async def pause_job(
-    name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
-) -> Response:
-    return await _set_paused(name, caller, svc, request, tenant, paused=True)
-
-
-@router.post(
-    "/jobs/{name}:resume",
-    summary="Resume a job (idempotent)",
-    responses={200: {"model": models.Job}, **_edit_errors},
-)
-async def resume_job(
-    name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
-) -> Response:
-    return await _set_paused(name, caller, svc, request, tenant, paused=False)
-
-
-async def _set_paused(
-    name: str,
-    caller: Principal,
-    svc: Services,
-    request: Request,
-    tenant: str | None,
-    *,
-    paused: bool,
-) -> Response:
-    # One permission for both: whoever may pause a job may resume it.
-    owner = await access.tenant(caller, Operation.pause_job, tenant, name)
-    precondition = _if_match_only(request)
-    await svc.jobs.set_paused(
-        owner, _job_name(name), paused, caller.subject, precondition=precondition
-    )
-    return await _job_response(svc, owner, name)
 
 
 @router.post(
@@ -263,7 +251,7 @@ async def backfill_job(
     body = await bodies.model(request, models.BackfillRequest, required=True)
     assert body is not None
     made = await Backfills(svc.engine.database, svc.engine.clock).backfill(
-        owner, _job_name(name), body.from_, body.to, caller.subject, dry_run=body.dry_run
+        owner, parameters.job_name(name), body.from_, body.to, caller.subject, dry_run=body.dry_run
     )
     return responses.json(
         {
@@ -316,14 +304,14 @@ async def enqueue(
     tenant: TenantParam = None,
 ) -> Response:
     owner = await access.tenant(caller, Operation.enqueue, tenant, name)
-    _job_name(name)
+    parameters.job_name(name)
     body = await bodies.model(request, models.EnqueueRequest, required=False)
     body = body or models.EnqueueRequest()
     await _admit(svc, owner, 1)
     payload_given = "payload" in body.model_fields_set
     run, created = await svc.jobs.enqueue(
         owner,
-        _job_name(name),
+        parameters.job_name(name),
         EnqueueRequest(
             run_at=body.run_at,
             delay_seconds=body.delay_seconds,
@@ -354,7 +342,7 @@ async def enqueue_batch(
     name: JobName, caller: Caller, svc: Svc, request: Request, tenant: TenantParam = None
 ) -> Response:
     owner = await access.tenant(caller, Operation.enqueue, tenant, name)
-    _job_name(name)
+    parameters.job_name(name)
     raw = await request.body()
     document = bodies.parse(raw, lenient=True, depth=False)
     plain = _plain_payloads(document)
@@ -446,13 +434,9 @@ async def list_runs(
     tenant: TenantParam = None,
 ) -> Response:
     owner = await access.tenant(caller, Operation.list_runs, tenant)
-    if cursor is not None:
-        try:
-            svc.jobs.locate_run(cursor)
-        except NotFound as error:
-            raise _cursor_problem(error) from error
+    _check_cursor(cursor, svc.jobs.locate_run, NotFound)
     page, next_cursor = await svc.jobs.runs_of_job(
-        owner, _job_name(name), state, cursor, _limit(svc, limit)
+        owner, parameters.job_name(name), state, cursor, _limit(svc, limit)
     )
     return responses.json({"items": [render.run(r) for r in page], "nextCursor": next_cursor})
 
@@ -467,14 +451,20 @@ async def get_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
     return responses.json(render.run_with_attempts(run, attempts))
 
 
-@router.post(
-    "/runs/{runId}:cancel",
-    summary="Cancel a run",
-    responses=_run_change_answers,
-)
-async def cancel_run(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    _, _, scope = await access.run(caller, Operation.cancel_run, svc.jobs, run_id)
-    return responses.json(render.run(await svc.jobs.cancel(run_id, caller.subject, scope)))
+def _run_change(operation: Operation, change: RunChange) -> RunRoute:
+    """The route that changes one run the caller may ``operation`` on: cancel it, replay
+    or discard a dead one (``change``, a method of ``Jobs``)."""
+
+    async def route(run_id: RunId, caller: Caller, svc: Svc) -> Response:
+        _, _, scope = await access.run(caller, operation, svc.jobs, run_id)
+        return responses.json(render.run(await change(svc.jobs, run_id, caller.subject, scope)))
+
+    return route
+
+
+cancel_run = router.post(
+    "/runs/{runId}:cancel", name="cancel_run", summary="Cancel a run", responses=_run_change_answers
+)(_run_change(Operation.cancel_run, Jobs.cancel))
 
 
 @router.get(
@@ -493,7 +483,7 @@ async def list_dead(
 ) -> Response:
     owner = await access.tenant(caller, Operation.list_dead, tenant)
     if job is not None:
-        _job_name(job)
+        parameters.job_name(job)
     after = None if cursor is None else DeadCursor.decode(cursor)
     page, next_cursor = await svc.jobs.dead_letters(owner, job, after, _limit(svc, limit))
     return responses.json(
@@ -504,21 +494,12 @@ async def list_dead(
     )
 
 
-@router.post(
+replay = router.post(
     "/dlq/{runId}:replay",
+    name="replay",
     summary="Re-enqueue a dead run with fresh attempts",
     responses=_run_change_answers,
-)
-async def replay(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    _, _, scope = await access.run(caller, Operation.settle_dead, svc.jobs, run_id)
-    return responses.json(render.run(await svc.jobs.replay(run_id, caller.subject, scope)))
-
-
-@router.post(
-    "/dlq/{runId}:discard",
-    summary="End a dead run",
-    responses=_run_change_answers,
-)
-async def discard(run_id: RunId, caller: Caller, svc: Svc) -> Response:
-    _, _, scope = await access.run(caller, Operation.settle_dead, svc.jobs, run_id)
-    return responses.json(render.run(await svc.jobs.discard(run_id, caller.subject, scope)))
+)(_run_change(Operation.settle_dead, Jobs.replay))
+discard = router.post(
+    "/dlq/{runId}:discard", name="discard", summary="End a dead run", responses=_run_change_answers
+)(_run_change(Operation.settle_dead, Jobs.discard))

@@ -19,10 +19,9 @@ from tickwork.api import access, bodies, responses
 from tickwork.api.access import Operation
 from tickwork.api.models import NAME_SCHEMA, Model
 from tickwork.api.parameters import ERRORS, Caller, Svc, TenantParam
-from tickwork.api.services import Services
 from tickwork.core.errors import InvalidRequest, NotFound
 from tickwork.core.spec import check_name
-from tickwork.engine.notifications import Target, Targets
+from tickwork.engine.notifications import Target
 
 router = APIRouter(prefix="/v1")
 
@@ -124,10 +123,6 @@ class TargetPage(Model):
     next_cursor: None = Field(description="Always null: every target of the tenant is listed.")
 
 
-def targets_of(svc: Services) -> Targets:
-    return Targets(svc.engine.database, svc.engine.clock)
-
-
 def render(target: Target) -> dict[str, Any]:
     return {
         "name": target.name,
@@ -155,7 +150,7 @@ def _checked(name: str) -> str:
 )
 async def list_targets(caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
     owner = await access.tenant(caller, Operation.list_targets, tenant)
-    found = await targets_of(svc).list(owner)
+    found = await svc.targets.list(owner)
     return responses.json({"items": [render(t) for t in found], "nextCursor": None})
 
 
@@ -168,7 +163,7 @@ async def get_target(
     name: TargetName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
     owner = await access.tenant(caller, Operation.get_target, tenant, name)
-    found = await targets_of(svc).get(owner, _checked(name))
+    found = await svc.targets.get(owner, _checked(name))
     if found is None:
         raise NotFound(f"no notification target {name!r}", field="name")
     return responses.json(render(found))
@@ -196,7 +191,7 @@ async def put_target(
     target = Target(
         name, body.url, body.format, secret, body.default, datetime.now(UTC), caller.subject
     )
-    stored, created = await targets_of(svc).put(owner, target)
+    stored, created = await svc.targets.put(owner, target)
     return responses.json(render(stored), 201 if created else 200)
 
 
@@ -210,5 +205,5 @@ async def delete_target(
     name: TargetName, caller: Caller, svc: Svc, tenant: TenantParam = None
 ) -> Response:
     owner = await access.tenant(caller, Operation.delete_target, tenant, name)
-    await targets_of(svc).delete(owner, _checked(name))
+    await svc.targets.delete(owner, _checked(name))
     return Response(status_code=204)

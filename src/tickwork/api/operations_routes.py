@@ -8,6 +8,7 @@ schedulers, shard by shard, in batches (``engine.operations``).
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any, Final
 
@@ -18,6 +19,7 @@ from starlette.responses import Response
 from tickwork.api import access, bodies, models, render, responses
 from tickwork.api import operation_models as om
 from tickwork.api.access import Operation
+from tickwork.api.auth import Principal
 from tickwork.api.parameters import ERRORS, Caller, Cursor, Limit, Svc, TenantParam
 from tickwork.api.services import Services
 from tickwork.core import limits
@@ -40,10 +42,6 @@ OperationId = Annotated[
 ]
 _INSTANT_SCHEMA: Final = {"format": "date-time"}
 _INSTANT: Final = TypeAdapter(Instant)
-
-
-def operations_of(svc: Services) -> engine.Operations:
-    return engine.Operations(svc.engine.database, svc.engine.clock)
 
 
 def render_filter(found: core.Filter) -> dict[str, Any]:
@@ -113,7 +111,7 @@ async def create_operation(
         action=action,
         prefix="filter.",
     )
-    operations = operations_of(svc)
+    operations = svc.operations
     if body.dry_run:
         total = await operations.count(owner, action, found)
         return responses.json(
@@ -143,34 +141,38 @@ async def list_operations(
     tenant: TenantParam = None,
 ) -> Response:
     owner = await access.tenant(caller, Operation.list_operations, tenant)
-    found = await operations_of(svc).recent(owner, limit or 20)
+    found = await svc.operations.recent(owner, limit or 20)
     return responses.json({"items": [render_operation(item) for item in found]})
 
 
-@router.get(
+def _on_operation(
+    operation: Operation,
+    act: Callable[[engine.Operations, str, str], Awaitable[engine.Operation]],
+) -> Callable[[str, Principal, Services, str | None], Awaitable[Response]]:
+    """The route that reads (or cancels) one operation of the tenant, and answers it."""
+
+    async def route(
+        operation_id: OperationId, caller: Caller, svc: Svc, tenant: TenantParam = None
+    ) -> Response:
+        owner = await access.tenant(caller, operation, tenant)
+        found = await act(svc.operations, owner, _checked_id(operation_id))
+        return responses.json(render_operation(found))
+
+    return route
+
+
+get_operation = router.get(
     "/operations/{operationId}",
+    name="get_operation",
     summary="An operation and its progress",
     responses={200: {"model": om.Operation}, **ERRORS},
-)
-async def get_operation(
-    operation_id: OperationId, caller: Caller, svc: Svc, tenant: TenantParam = None
-) -> Response:
-    owner = await access.tenant(caller, Operation.get_operation, tenant)
-    found = await operations_of(svc).get(owner, _checked_id(operation_id))
-    return responses.json(render_operation(found))
-
-
-@router.post(
+)(_on_operation(Operation.get_operation, engine.Operations.get))
+cancel_operation = router.post(
     "/operations/{operationId}:cancel",
+    name="cancel_operation",
     summary="Stop an operation (what it did stays done; idempotent)",
     responses={200: {"model": om.Operation}, **ERRORS},
-)
-async def cancel_operation(
-    operation_id: OperationId, caller: Caller, svc: Svc, tenant: TenantParam = None
-) -> Response:
-    owner = await access.tenant(caller, Operation.cancel_operation, tenant)
-    found = await operations_of(svc).cancel(owner, _checked_id(operation_id))
-    return responses.json(render_operation(found))
+)(_on_operation(Operation.cancel_operation, engine.Operations.cancel))
 
 
 def instant(text: str | None, field: str) -> datetime | None:
@@ -249,7 +251,7 @@ async def list_runs_by_state(
     )
     after = None if cursor is None else Position.decode(cursor)
     size = limit or svc.settings.default_page_size
-    page, next_cursor = await operations_of(svc).runs(owner, found, after, size)
+    page, next_cursor = await svc.operations.runs(owner, found, after, size)
     return responses.json(
         {
             "items": [render.run(r) for r in page],

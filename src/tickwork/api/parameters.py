@@ -5,15 +5,17 @@ route that takes them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final
 
-from fastapi import Depends, Query
+from fastapi import APIRouter, Depends, Query
 
 from tickwork.api import models
 from tickwork.api.auth import Principal
 from tickwork.api.services import Services, principal, services_dependency
 from tickwork.core import limits
+from tickwork.core.errors import InvalidRequest, NotFound
+from tickwork.core.spec import check_name, check_queue
 
 Caller = Annotated[Principal, Depends(principal)]
 Svc = Annotated[Services, Depends(services_dependency)]
@@ -33,6 +35,35 @@ Limit = Annotated[
     ),
 ]
 Cursor = Annotated[str | None, Query(description="nextCursor of the previous page.")]
+
+
+def job_name(name: str) -> str:
+    """``name`` if a stored job can have it, else the job is not found."""
+    try:
+        check_name(name, stored=True)
+    except ValueError as error:
+        raise NotFound(str(error), field="name") from error
+    return name
+
+
+def queue_name(queue: str) -> str:
+    """``queue`` if a queue can have it as its name (400 otherwise)."""
+    try:
+        check_queue(queue)
+    except ValueError as error:
+        raise InvalidRequest(str(error), field="queue") from error
+    return queue
+
+
+def job_filter(job: str | None) -> str | None:
+    """A ``job`` filter's value (None: no filter); a name no job can have is refused."""
+    if job is not None:
+        try:
+            check_name(job, stored=True)
+        except ValueError as error:
+            raise InvalidRequest(str(error), field="job") from error
+    return job
+
 
 # A route's documented answers, as FastAPI's ``responses`` takes them.
 Responses = dict[int | str, dict[str, Any]]
@@ -55,3 +86,19 @@ ERRORS: Final[Responses] = problems(
         404: "not-found",
     }
 )
+
+
+def pause_and_resume(
+    router: APIRouter,
+    path: str,
+    noun: str,
+    summaries: tuple[str, str],
+    answers: Responses,
+    route: Callable[[bool], Callable[..., Any]],
+) -> None:
+    """Add ``POST {path}:pause`` and ``POST {path}:resume`` (named ``pause_{noun}`` and
+    ``resume_{noun}``): ``route(paused)`` makes each, one permission for both."""
+    for verb, paused, summary in zip(("pause", "resume"), (True, False), summaries, strict=True):
+        router.post(f"{path}:{verb}", name=f"{verb}_{noun}", summary=summary, responses=answers)(
+            route(paused)
+        )

@@ -6,6 +6,7 @@ A paused queue still takes enqueues; no claim leases its runs until it is resume
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
@@ -17,9 +18,8 @@ from tickwork.api.auth import Principal
 from tickwork.api.parameters import Caller, Svc, TenantParam
 from tickwork.api.services import Services
 from tickwork.core import limits
-from tickwork.core.errors import InvalidRequest
-from tickwork.core.spec import QUEUE_PATTERN, check_queue
-from tickwork.engine.queues import Queues, QueueState
+from tickwork.core.spec import QUEUE_PATTERN
+from tickwork.engine.queues import QueueState
 
 router = APIRouter(prefix="/v1")
 
@@ -31,11 +31,9 @@ QueueName = Annotated[
     ),
 ]
 
+QueueRoute = Callable[[str, Principal, Services, str | None], Awaitable[Response]]
+
 _errors = parameters.problems({400: "invalid-request", 401: "unauthenticated", 403: "forbidden"})
-
-
-def queues_of(svc: Services) -> Queues:
-    return Queues(svc.engine.database, svc.engine.clock)
 
 
 def render_queue(state: QueueState) -> dict[str, Any]:
@@ -48,14 +46,6 @@ def render_queue(state: QueueState) -> dict[str, Any]:
     }
 
 
-def _checked(queue: str) -> str:
-    try:
-        check_queue(queue)
-    except ValueError as error:
-        raise InvalidRequest(str(error), field="queue") from error
-    return queue
-
-
 @router.get(
     "/queues",
     summary="The tenant's queues: those its jobs name, and those paused",
@@ -63,38 +53,34 @@ def _checked(queue: str) -> str:
 )
 async def list_queues(caller: Caller, svc: Svc, tenant: TenantParam = None) -> Response:
     owner = await access.tenant(caller, Operation.list_queues, tenant)
-    found = await queues_of(svc).list(owner)
+    found = await svc.queues.list(owner)
     return responses.json({"items": [render_queue(q) for q in found], "nextCursor": None})
 
 
-@router.post(
-    "/queues/{queue}:pause",
-    summary="Pause a queue: enqueues go on, no run is leased until it is resumed (idempotent)",
-    responses={200: {"model": models.QueueState}, **_errors},
+def _set_paused(paused: bool) -> QueueRoute:
+    """The route that pauses (or resumes) a queue."""
+
+    async def route(
+        queue: QueueName, caller: Caller, svc: Svc, tenant: TenantParam = None
+    ) -> Response:
+        # One permission for both: whoever may pause a queue may resume it.
+        owner = await access.tenant(caller, Operation.pause_queue, tenant, queue)
+        queues = svc.queues
+        change = queues.pause if paused else queues.resume
+        state = await change(owner, parameters.queue_name(queue), caller.subject)
+        return responses.json(render_queue(state))
+
+    return route
+
+
+parameters.pause_and_resume(
+    router,
+    "/queues/{queue}",
+    "queue",
+    (
+        "Pause a queue: enqueues go on, no run is leased until it is resumed (idempotent)",
+        "Resume a paused queue (idempotent)",
+    ),
+    {200: {"model": models.QueueState}, **_errors},
+    _set_paused,
 )
-async def pause_queue(
-    queue: QueueName, caller: Caller, svc: Svc, tenant: TenantParam = None
-) -> Response:
-    return await _set_paused(queue, caller, svc, tenant, paused=True)
-
-
-@router.post(
-    "/queues/{queue}:resume",
-    summary="Resume a paused queue (idempotent)",
-    responses={200: {"model": models.QueueState}, **_errors},
-)
-async def resume_queue(
-    queue: QueueName, caller: Caller, svc: Svc, tenant: TenantParam = None
-) -> Response:
-    return await _set_paused(queue, caller, svc, tenant, paused=False)
-
-
-async def _set_paused(
-    queue: str, caller: Principal, svc: Services, tenant: str | None, *, paused: bool
-) -> Response:
-    # One permission for both: whoever may pause a queue may resume it.
-    owner = await access.tenant(caller, Operation.pause_queue, tenant, queue)
-    queues = queues_of(svc)
-    change = queues.pause if paused else queues.resume
-    state = await change(owner, _checked(queue), caller.subject)
-    return responses.json(render_queue(state))

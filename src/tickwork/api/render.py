@@ -50,13 +50,20 @@ def problem(error: TickworkError) -> dict[str, Any]:
     return document
 
 
-def run(item: Run) -> dict[str, Any]:
+def _placed(item: Run | Lease) -> dict[str, Any]:
+    """The fields a run and a lease begin with: which run, and where it waits."""
     return {
         "runId": item.run_id,
         "job": item.job,
         "tenant": item.tenant,
         "queue": item.queue,
         "priority": Priority.from_rank(item.priority).value,
+    }
+
+
+def run(item: Run) -> dict[str, Any]:
+    return {
+        **_placed(item),
         "state": item.state.value,
         "attempt": item.attempt,
         "maxAttempts": item.max_attempts,
@@ -184,11 +191,7 @@ def paused_reason(definition: Definition) -> dict[str, Any] | None:
 
 def lease(item: Lease) -> dict[str, Any]:
     return {
-        "runId": item.run_id,
-        "job": item.job,
-        "tenant": item.tenant,
-        "queue": item.queue,
-        "priority": Priority.from_rank(item.priority).value,
+        **_placed(item),
         "attempt": item.attempt,
         "idempotencyKey": item.effective_idempotency_key,
         "fencingToken": item.fencing_token,

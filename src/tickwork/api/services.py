@@ -4,6 +4,7 @@ engine they call, how callers are authenticated, the metrics, the settings."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,11 +13,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from tickwork.api.auth import PRINCIPAL, Authenticator, Principal
 from tickwork.api.throttle import FailureThrottle
 from tickwork.core.settings import ApiSettings
-from tickwork.engine import quotas
+from tickwork.engine import overview, quotas
 from tickwork.engine.dispatch import Dispatcher
 from tickwork.engine.installation import Installation
 from tickwork.engine.jobs import Jobs
 from tickwork.engine.metrics import Metrics
+from tickwork.engine.notifications import Targets
+from tickwork.engine.operations import Operations
+from tickwork.engine.queues import Queues
 from tickwork.engine.quotas import Admission
 
 
@@ -48,6 +52,25 @@ class Services:
     @property
     def dispatcher(self) -> Dispatcher:
         return self.engine.dispatcher
+
+    async def now(self) -> datetime:
+        """Now, by the database clock (or the installation's): what the dashboard's times
+        count from."""
+        return await overview.current_time(self.engine.database, self.engine.clock)
+
+    # The engine's services over the installation's shards and clock.
+
+    @property
+    def queues(self) -> Queues:
+        return Queues(self.engine.database, self.engine.clock)
+
+    @property
+    def targets(self) -> Targets:
+        return Targets(self.engine.database, self.engine.clock)
+
+    @property
+    def operations(self) -> Operations:
+        return Operations(self.engine.database, self.engine.clock)
 
 
 def services(request: Request) -> Services:

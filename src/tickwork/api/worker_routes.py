@@ -11,8 +11,9 @@ import math
 import os
 import socket
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
@@ -24,11 +25,21 @@ from tickwork.core import fields, limits
 from tickwork.core.errors import InvalidRequest, TickworkError
 from tickwork.core.records import Completed, Extended, Lease, Outcome, Scope
 from tickwork.core.spec import Priority, check_queue
-from tickwork.engine.dispatch import CompleteItem, HeartbeatItem, QueueGrant
+from tickwork.engine.dispatch import CompleteItem, Dispatcher, HeartbeatItem, QueueGrant
 
 router = APIRouter(prefix="/v1")
 
 _DEFAULT_WORKER: Final = f"{socket.gethostname()}-{os.getpid()}"
+
+# A heartbeat or a completion: the item read from a body (with its run id, and where in
+# the body it is), and the dispatcher's method that reports a list of them.
+Item = TypeVar("Item", HeartbeatItem, CompleteItem)
+Parse = Callable[[dict[str, Any], str, str], Item]
+Report = Callable[
+    [Dispatcher, list[Item], Scope, QueueGrant | None],
+    Awaitable[Sequence[Extended | Completed | TickworkError]],
+]
+RouteT = TypeVar("RouteT", bound=Callable[..., Awaitable[Response]])
 
 
 def _schema(model: type[models.Model]) -> dict[str, Any]:
@@ -288,30 +299,55 @@ def _completion_label(result: Completed) -> str:
     return "snoozed" if result.snoozed else result.state.value
 
 
-@router.post(
-    "/runs/{runId}/heartbeat",
-    summary="Extend a lease",
-    openapi_extra=_schema(models.HeartbeatRequest),
-    responses={200: {"model": models.HeartbeatResponse}, **_problems},
-)
-async def heartbeat(runId: str, request: Request) -> Response:
-    svc, scope, grant = _reporter(request)
-    item = _beat(await bodies.json_object(request), runId)
-    [result] = await svc.dispatcher.heartbeat([item], scope, grant)
-    return _single(result, svc)
+@dataclass(frozen=True)
+class _Reports(Generic[Item]):
+    """Heartbeats or completions: ``POST /runs/{runId}/<verb>`` for one leased run and
+    ``POST /runs:<verb>`` for a batch of at most ``limit``."""
 
+    verb: str
+    parse: Parse[Item]
+    report: Report[Item]
+    limit: int
 
-@router.post(
-    "/runs/{runId}/complete",
-    summary="Report the outcome of a leased run",
-    openapi_extra=_schema(models.CompleteRequest),
-    responses={200: {"model": models.CompleteResponse}, **_problems},
-)
-async def complete(runId: str, request: Request) -> Response:
-    svc, scope, grant = _reporter(request)
-    item = _completion(await bodies.json_object(request), runId)
-    [result] = await svc.dispatcher.complete([item], scope, grant)
-    return _single(result, svc)
+    def one(
+        self, summary: str, body: type[models.Model], answer: type[models.Model]
+    ) -> Callable[[str, Request], Awaitable[Response]]:
+        async def route(runId: str, request: Request) -> Response:
+            svc, scope, grant = _reporter(request)
+            item = self.parse(await bodies.json_object(request), runId, "")
+            [result] = await self.report(svc.dispatcher, [item], scope, grant)
+            return _single(result, svc)
+
+        path = f"/runs/{{runId}}/{self.verb}"
+        return self._post(path, self.verb, summary, body, answer)(route)
+
+    def many(
+        self, summary: str, body: type[models.Model], answer: type[models.Model]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def route(request: Request) -> Response:
+            svc, scope, grant = _reporter(request)
+            items = _items(await bodies.json_object(request), self.limit)
+            parsed = [
+                self.parse(item, _run_id(item, f"items[{i}]."), f"items[{i}].")
+                for i, item in enumerate(items)
+            ]
+            results = await self.report(svc.dispatcher, parsed, scope, grant)
+            return _batch_results(svc, [p.run_id for p in parsed], results)
+
+        summary += " (one statement per shard touched)"
+        return self._post(f"/runs:{self.verb}", f"{self.verb}_batch", summary, body, answer)(route)
+
+    @staticmethod
+    def _post(
+        path: str, name: str, summary: str, body: type[models.Model], answer: type[models.Model]
+    ) -> Callable[[RouteT], RouteT]:
+        return router.post(
+            path,
+            name=name,
+            summary=summary,
+            openapi_extra=_schema(body),
+            responses={200: {"model": answer}, **_problems},
+        )
 
 
 def _batch_results(
@@ -335,34 +371,15 @@ def _batch_results(
     return responses.json({"items": rendered})
 
 
-@router.post(
-    "/runs:heartbeat",
-    summary="Heartbeat many leased runs (one statement per shard touched)",
-    openapi_extra=_schema(models.HeartbeatBatchRequest),
-    responses={200: {"model": models.HeartbeatResults}, **_problems},
+_HEARTBEATS = _Reports("heartbeat", _beat, Dispatcher.heartbeat, limits.MAX_HEARTBEAT_BATCH)
+_COMPLETIONS = _Reports("complete", _completion, Dispatcher.complete, limits.MAX_COMPLETE_BATCH)
+heartbeat = _HEARTBEATS.one("Extend a lease", models.HeartbeatRequest, models.HeartbeatResponse)
+complete = _COMPLETIONS.one(
+    "Report the outcome of a leased run", models.CompleteRequest, models.CompleteResponse
 )
-async def heartbeat_batch(request: Request) -> Response:
-    svc, scope, grant = _reporter(request)
-    items = _items(await bodies.json_object(request), limits.MAX_HEARTBEAT_BATCH)
-    beats = [
-        _beat(item, _run_id(item, f"items[{i}]."), f"items[{i}].") for i, item in enumerate(items)
-    ]
-    results = await svc.dispatcher.heartbeat(beats, scope, grant)
-    return _batch_results(svc, [b.run_id for b in beats], results)
-
-
-@router.post(
-    "/runs:complete",
-    summary="Complete many leased runs (one statement per shard touched)",
-    openapi_extra=_schema(models.CompleteBatchRequest),
-    responses={200: {"model": models.CompleteResults}, **_problems},
+heartbeat_batch = _HEARTBEATS.many(
+    "Heartbeat many leased runs", models.HeartbeatBatchRequest, models.HeartbeatResults
 )
-async def complete_batch(request: Request) -> Response:
-    svc, scope, grant = _reporter(request)
-    items = _items(await bodies.json_object(request), limits.MAX_COMPLETE_BATCH)
-    completions = [
-        _completion(item, _run_id(item, f"items[{i}]."), f"items[{i}].")
-        for i, item in enumerate(items)
-    ]
-    results = await svc.dispatcher.complete(completions, scope, grant)
-    return _batch_results(svc, [c.run_id for c in completions], results)
+complete_batch = _COMPLETIONS.many(
+    "Complete many leased runs", models.CompleteBatchRequest, models.CompleteResults
+)

@@ -90,17 +90,20 @@ def cli() -> None:
     """tickwork: cron, delayed and one-off jobs on sharded PostgreSQL."""
 
 
-cli.add_command(schedule.schedule)
-cli.add_command(client.jobs)
-cli.add_command(client.runs)
-cli.add_command(client.dlq)
-cli.add_command(client.queues)
-cli.add_command(client.notification_targets)
-cli.add_command(client.backfill)
-cli.add_command(client.audit)
-cli.add_command(operations.bulk)
-cli.add_command(operations.operations)
-cli.add_command(importing.import_)
+for _command in (
+    schedule.schedule,
+    client.jobs,
+    client.runs,
+    client.dlq,
+    client.queues,
+    client.notification_targets,
+    client.backfill,
+    client.audit,
+    operations.bulk,
+    operations.operations,
+    importing.import_,
+):
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -14,11 +14,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 import httpx
 import yaml
+
+if TYPE_CHECKING:
+    # Only read by the type checker: annotations are not evaluated at run time.
+    from typing_extensions import Unpack
 
 
 class ApiRefusal(click.ClickException):
@@ -43,6 +47,15 @@ class ApiRefusal(click.ClickException):
         return cls(response.status_code, message, detail, field)
 
 
+class _CallOptions(TypedDict, total=False):
+    """``Client.request``'s keywords, which ``Client.call`` passes on."""
+
+    body: Any
+    params: dict[str, Any] | None
+    headers: dict[str, str] | None
+    tenant: str | None
+
+
 @dataclass
 class Client:
     url: str
@@ -50,20 +63,9 @@ class Client:
     tenant: str | None
     as_json: bool
 
-    def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        tenant: str | None = None,
-    ) -> Any:
+    def call(self, method: str, path: str, **options: Unpack[_CallOptions]) -> Any:
         """One API call; ``tenant`` (or ``--tenant``) acts for that tenant."""
-        return self.request(
-            method, path, body=body, params=params, headers=headers, tenant=tenant
-        ).json()
+        return self.request(method, path, **options).json()
 
     def request(
         self,
@@ -219,6 +221,32 @@ def paged(function: Callable[..., None]) -> Callable[..., None]:
     return click.option("--cursor", default=None)(decorated)
 
 
+def call_command(
+    group: click.Group,
+    name: str,
+    call: str,
+    columns: Sequence[Column] | None,
+    *,
+    help: str,
+    options: Sequence[Callable[[Any], Any]] = (),
+) -> None:
+    """Add the command ``GROUP NAME [ARGUMENT] [OPTIONS]`` that makes one call of the API
+    and shows its answer: ``call`` is the method and the path, where ``{argument}`` stands
+    for the command's argument; its ``options`` (decorators, as written above a command)
+    are the call's query parameters."""
+    method, path = call.split(" ", 1)
+    arguments = re.findall(r"\{(\w+)\}", path)
+
+    def command(client: Client, **given: Any) -> None:
+        params = {key: value for key, value in given.items() if key not in arguments}
+        client.show(client.call(method, path.format_map(given), params=params), columns)
+
+    decorated: Any = with_client(command)
+    for decorator in [*(click.argument(argument) for argument in arguments), *options][::-1]:
+        decorated = decorator(decorated)
+    group.command(name, help=help)(decorated)
+
+
 JOB_COLUMNS: tuple[Column, ...] = (
     ("NAME", "name"),
     ("CRON", "spec.schedule.cron"),
@@ -256,21 +284,35 @@ DEAD_COLUMNS: tuple[Column, ...] = (
     ("DIED", "finishedAt"),
     ("ERROR", "lastError.message"),
 )
+AUDIT_COLUMNS: tuple[Column, ...] = (
+    ("AT", "at"),
+    ("JOB", "job"),
+    ("ACTION", "action"),
+    ("RUN", "runId"),
+    ("ACTOR", "actor"),
+    ("DETAIL", "detail"),
+)
+QUEUE_COLUMNS: tuple[Column, ...] = (
+    ("QUEUE", "queue"),
+    ("JOBS", "jobs"),
+    ("PAUSED", "paused"),
+    ("SINCE", "pausedAt"),
+    ("BY", "pausedBy"),
+)
+TARGET_COLUMNS: tuple[Column, ...] = (
+    ("NAME", "name"),
+    ("URL", "url"),
+    ("FORMAT", "format"),
+    ("SECRET", "secretRef"),
+    ("DEFAULT", "default"),
+    ("UPDATED", "updatedAt"),
+    ("BY", "updatedBy"),
+)
 
 
 @click.group()
 def jobs() -> None:
     """Manage job definitions."""
-
-
-@jobs.command("list")
-@paged
-@with_client
-def jobs_list(client: Client, cursor: str | None, limit: int | None) -> None:
-    """The tenant's jobs."""
-    client.show(
-        client.call("GET", "/v1/jobs", params={"cursor": cursor, "limit": limit}), JOB_COLUMNS
-    )
 
 
 @jobs.command("get")
@@ -416,30 +458,6 @@ def jobs_apply(client: Client, path: Path, name: str | None) -> None:
         client.show(job, JOB_COLUMNS)
 
 
-@jobs.command("delete")
-@click.argument("name")
-@with_client
-def jobs_delete(client: Client, name: str) -> None:
-    """Delete a job (cancels its pending runs, keeps history)."""
-    client.show(client.call("DELETE", f"/v1/jobs/{name}"))
-
-
-@jobs.command("pause")
-@click.argument("name")
-@with_client
-def jobs_pause(client: Client, name: str) -> None:
-    """Pause a job: no new cron runs."""
-    client.show(client.call("POST", f"/v1/jobs/{name}:pause"), JOB_COLUMNS)
-
-
-@jobs.command("resume")
-@click.argument("name")
-@with_client
-def jobs_resume(client: Client, name: str) -> None:
-    """Resume a job (missed runs follow its missedRunPolicy)."""
-    client.show(client.call("POST", f"/v1/jobs/{name}:resume"), JOB_COLUMNS)
-
-
 @jobs.command("run")
 @click.argument("name")
 @click.option("--payload", default=None, help="JSON payload (overrides the job's).")
@@ -491,23 +509,6 @@ def runs() -> None:
     """Inspect and cancel runs."""
 
 
-@runs.command("list")
-@click.argument("job")
-@click.option("--state", default=None, help="Only runs in this state.")
-@paged
-@with_client
-def runs_list(
-    client: Client, job: str, state: str | None, cursor: str | None, limit: int | None
-) -> None:
-    """A job's runs, newest first."""
-    client.show(
-        client.call(
-            "GET", f"/v1/jobs/{job}/runs", params={"state": state, "cursor": cursor, "limit": limit}
-        ),
-        RUN_COLUMNS,
-    )
-
-
 @runs.command("get")
 @click.argument("run_id")
 @with_client
@@ -524,55 +525,9 @@ def runs_get(client: Client, run_id: str) -> None:
         _table(attempts, ATTEMPT_COLUMNS)
 
 
-@runs.command("cancel")
-@click.argument("run_id")
-@with_client
-def runs_cancel(client: Client, run_id: str) -> None:
-    """Cancel a run (a leased run is asked to stop)."""
-    client.show(client.call("POST", f"/v1/runs/{run_id}:cancel"), RUN_COLUMNS)
-
-
 @click.group()
 def dlq() -> None:
     """The dead-letter queue."""
-
-
-@dlq.command("list")
-@click.option("--job", default=None, help="Only this job's dead runs.")
-@paged
-@with_client
-def dlq_list(client: Client, job: str | None, cursor: str | None, limit: int | None) -> None:
-    """Dead runs, newest first."""
-    client.show(
-        client.call("GET", "/v1/dlq", params={"job": job, "cursor": cursor, "limit": limit}),
-        DEAD_COLUMNS,
-    )
-
-
-@dlq.command("replay")
-@click.argument("run_id")
-@with_client
-def dlq_replay(client: Client, run_id: str) -> None:
-    """Re-enqueue a dead run with a fresh attempt budget."""
-    client.show(client.call("POST", f"/v1/dlq/{run_id}:replay"), RUN_COLUMNS)
-
-
-@dlq.command("discard")
-@click.argument("run_id")
-@with_client
-def dlq_discard(client: Client, run_id: str) -> None:
-    """End a dead run."""
-    client.show(client.call("POST", f"/v1/dlq/{run_id}:discard"), RUN_COLUMNS)
-
-
-AUDIT_COLUMNS: tuple[Column, ...] = (
-    ("AT", "at"),
-    ("JOB", "job"),
-    ("ACTION", "action"),
-    ("RUN", "runId"),
-    ("ACTOR", "actor"),
-    ("DETAIL", "detail"),
-)
 
 
 @click.command()
@@ -587,72 +542,14 @@ def audit(client: Client, job: str | None, cursor: str | None, limit: int | None
     )
 
 
-QUEUE_COLUMNS: tuple[Column, ...] = (
-    ("QUEUE", "queue"),
-    ("JOBS", "jobs"),
-    ("PAUSED", "paused"),
-    ("SINCE", "pausedAt"),
-    ("BY", "pausedBy"),
-)
-
-
 @click.group()
 def queues() -> None:
     """A tenant's queues: pause one while what its runs call recovers."""
 
 
-@queues.command("list")
-@with_client
-def queues_list(client: Client) -> None:
-    """The queues the tenant's jobs name, and those paused."""
-    client.show(client.call("GET", "/v1/queues"), QUEUE_COLUMNS)
-
-
-@queues.command("pause")
-@click.argument("queue")
-@with_client
-def queues_pause(client: Client, queue: str) -> None:
-    """Pause a queue: enqueues go on, no run is leased until it is resumed."""
-    client.show(client.call("POST", f"/v1/queues/{queue}:pause"), QUEUE_COLUMNS)
-
-
-@queues.command("resume")
-@click.argument("queue")
-@with_client
-def queues_resume(client: Client, queue: str) -> None:
-    """Resume a paused queue: its waiting runs are leased again."""
-    client.show(client.call("POST", f"/v1/queues/{queue}:resume"), QUEUE_COLUMNS)
-
-
-TARGET_COLUMNS: tuple[Column, ...] = (
-    ("NAME", "name"),
-    ("URL", "url"),
-    ("FORMAT", "format"),
-    ("SECRET", "secretRef"),
-    ("DEFAULT", "default"),
-    ("UPDATED", "updatedAt"),
-    ("BY", "updatedBy"),
-)
-
-
 @click.group("notification-targets")
 def notification_targets() -> None:
     """A tenant's webhooks, told when a run goes dead or a job is auto-paused."""
-
-
-@notification_targets.command("list")
-@with_client
-def targets_list(client: Client) -> None:
-    """The tenant's notification targets."""
-    client.show(client.call("GET", "/v1/notification-targets"), TARGET_COLUMNS)
-
-
-@notification_targets.command("get")
-@click.argument("name")
-@with_client
-def targets_get(client: Client, name: str) -> None:
-    """One notification target."""
-    client.show(client.call("GET", f"/v1/notification-targets/{name}"))
 
 
 @notification_targets.command("put")
@@ -775,3 +672,109 @@ def backfill(client: Client, job: str, start: str, end: str, dry_run: bool) -> N
         )
         return
     click.echo(f"{job}: {created} run(s) made, {existing} fire time(s) had one already")
+
+
+# The commands that are one call of the API, their answer shown: group, name, method and
+# path (the command's argument in braces), columns (None: the document's fields), help,
+# and the options that are the call's query parameters.
+for _group, _name, _call, _columns, _help, _options in (
+    (jobs, "list", "GET /v1/jobs", JOB_COLUMNS, "The tenant's jobs.", (paged,)),
+    (
+        jobs,
+        "delete",
+        "DELETE /v1/jobs/{name}",
+        None,
+        "Delete a job (cancels its pending runs, keeps history).",
+        (),
+    ),
+    (
+        jobs,
+        "pause",
+        "POST /v1/jobs/{name}:pause",
+        JOB_COLUMNS,
+        "Pause a job: no new cron runs.",
+        (),
+    ),
+    (
+        jobs,
+        "resume",
+        "POST /v1/jobs/{name}:resume",
+        JOB_COLUMNS,
+        "Resume a job (missed runs follow its missedRunPolicy).",
+        (),
+    ),
+    (
+        runs,
+        "list",
+        "GET /v1/jobs/{job}/runs",
+        RUN_COLUMNS,
+        "A job's runs, newest first.",
+        (click.option("--state", default=None, help="Only runs in this state."), paged),
+    ),
+    (
+        runs,
+        "cancel",
+        "POST /v1/runs/{run_id}:cancel",
+        RUN_COLUMNS,
+        "Cancel a run (a leased run is asked to stop).",
+        (),
+    ),
+    (
+        dlq,
+        "list",
+        "GET /v1/dlq",
+        DEAD_COLUMNS,
+        "Dead runs, newest first.",
+        (click.option("--job", default=None, help="Only this job's dead runs."), paged),
+    ),
+    (
+        dlq,
+        "replay",
+        "POST /v1/dlq/{run_id}:replay",
+        RUN_COLUMNS,
+        "Re-enqueue a dead run with a fresh attempt budget.",
+        (),
+    ),
+    (dlq, "discard", "POST /v1/dlq/{run_id}:discard", RUN_COLUMNS, "End a dead run.", ()),
+    (
+        queues,
+        "list",
+        "GET /v1/queues",
+        QUEUE_COLUMNS,
+        "The queues the tenant's jobs name, and those paused.",
+        (),
+    ),
+    (
+        queues,
+        "pause",
+        "POST /v1/queues/{queue}:pause",
+        QUEUE_COLUMNS,
+        "Pause a queue: enqueues go on, no run is leased until it is resumed.",
+        (),
+    ),
+    (
+        queues,
+        "resume",
+        "POST /v1/queues/{queue}:resume",
+        QUEUE_COLUMNS,
+        "Resume a paused queue: its waiting runs are leased again.",
+        (),
+    ),
+    (
+        notification_targets,
+        "list",
+        "GET /v1/notification-targets",
+        TARGET_COLUMNS,
+        "The tenant's notification targets.",
+        (),
+    ),
+    (
+        notification_targets,
+        "get",
+        "GET /v1/notification-targets/{name}",
+        None,
+        "One notification target.",
+        (),
+    ),
+):
+    call_command(_group, _name, _call, _columns, help=_help, options=_options)

@@ -153,9 +153,7 @@ def _dev(listener: socket.socket, settings: DevSettings) -> None:
 
 async def _run(run: _Run) -> None:
     settings = run.settings
-    stop = asyncio.Event()
-    remove = runtime.stop_on_signals(stop)
-    try:
+    with runtime.stop_on_signals() as stop:
         await installation.migrate(run.shard_map)
         api = options.with_quotas_of(settings.api, run.tokens)
         metrics = Metrics()
@@ -214,8 +212,6 @@ async def _run(run: _Run) -> None:
             finally:
                 click.echo("stopping ...")
                 await http.stop()
-    finally:
-        remove()
 
 
 def _demo_loop(demo: DemoWorker, url: str) -> Loop:

@@ -3,7 +3,6 @@ options come from ``JobRunnerSettings`` (``jobrunner.settings``)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import click
@@ -40,9 +39,7 @@ def job_runner(**given: Any) -> None:
     token = _token(settings)
 
     async def main() -> None:
-        stop = asyncio.Event()
-        remove = runtime.stop_on_signals(stop)
-        try:
+        with runtime.stop_on_signals() as stop:
             kube = await Kube.connect(settings.kubeconfig)
             client = WorkerClient(
                 settings.url,
@@ -71,8 +68,6 @@ def job_runner(**given: Any) -> None:
                     await health.stop()
                 await client.close()
                 await kube.close()
-        finally:
-            remove()
 
     try:
         runtime.run(main())

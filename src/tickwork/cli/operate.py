@@ -4,7 +4,6 @@ status and Events current, and serve the admission webhook. Its options come fro
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import logging
 from typing import Any
@@ -63,9 +62,7 @@ def operator(**given: Any) -> None:
             raise click.BadParameter(str(error), param_hint="--identity") from error
 
     async def main() -> None:
-        stop = asyncio.Event()
-        remove = runtime.stop_on_signals(stop)
-        try:
+        with runtime.stop_on_signals() as stop:
             async with installation.opened(shard_map, settings.database.pool) as engine:
                 await _check_shards(engine)
                 cluster = await Cluster.connect(kubeconfig)
@@ -74,8 +71,6 @@ def operator(**given: Any) -> None:
                     await Operator(engine.jobs, cluster, settings, election=election).run(stop)
                 finally:
                     await cluster.close()
-        finally:
-            remove()
 
     try:
         runtime.run(main())

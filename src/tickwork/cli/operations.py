@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from tickwork.cli.client import RUN_COLUMNS, Client, Column, with_client
+from tickwork.cli.client import RUN_COLUMNS, Client, Column, call_command, with_client
 
 OPERATION_COLUMNS: tuple[Column, ...] = (
     ("OPERATION", "id"),
@@ -159,12 +159,14 @@ def operations() -> None:
     """Follow and stop bulk operations."""
 
 
-@operations.command("list")
-@click.option("--limit", type=int, default=None)
-@with_client
-def operations_list(client: Client, limit: int | None) -> None:
-    """The tenant's recent operations, newest first."""
-    client.show(client.call("GET", "/v1/operations", params={"limit": limit}), OPERATION_COLUMNS)
+call_command(
+    operations,
+    "list",
+    "GET /v1/operations",
+    OPERATION_COLUMNS,
+    help="The tenant's recent operations, newest first.",
+    options=(click.option("--limit", type=int, default=None),),
+)
 
 
 @operations.command("get")
@@ -180,9 +182,10 @@ def operations_get(client: Client, operation_id: str, follow: bool) -> None:
     client.show(found, OPERATION_COLUMNS)
 
 
-@operations.command("cancel")
-@click.argument("operation_id")
-@with_client
-def operations_cancel(client: Client, operation_id: str) -> None:
-    """Stop an operation: what it did stays done."""
-    client.show(client.call("POST", f"/v1/operations/{operation_id}:cancel"), OPERATION_COLUMNS)
+call_command(
+    operations,
+    "cancel",
+    "POST /v1/operations/{operation_id}:cancel",
+    OPERATION_COLUMNS,
+    help="Stop an operation: what it did stays done.",
+)

@@ -60,9 +60,7 @@ def scheduler(**given: Any) -> None:
     metrics = Metrics(job_labels=options.job_labels(settings.metrics))
 
     async def main() -> None:
-        stop = asyncio.Event()
-        remove = runtime.stop_on_signals(stop)
-        try:
+        with runtime.stop_on_signals() as stop:
             async with (
                 installation.opened(shard_map, settings.database.pool) as engine,
                 choice.coordinator(
@@ -103,12 +101,11 @@ def scheduler(**given: Any) -> None:
                     finally:
                         if probes is not None:
                             await probes.stop()
-        except choice.Unavailable as error:
-            raise click.ClickException(str(error)) from error
-        finally:
-            remove()
 
-    runtime.run(main())
+    try:
+        runtime.run(main())
+    except choice.Unavailable as error:
+        raise click.ClickException(str(error)) from error
 
 
 @click.command()
@@ -134,9 +131,7 @@ def dispatcher(**given: Any) -> None:
     listener = options.listen("dispatcher", settings.host, settings.port)
 
     async def main() -> None:
-        stop = asyncio.Event()
-        remove = runtime.stop_on_signals(stop)
-        try:
+        with runtime.stop_on_signals() as stop:
             async with (
                 installation.opened(
                     shard_map,
@@ -157,8 +152,6 @@ def dispatcher(**given: Any) -> None:
                 worker = f"canary@{socket.gethostname()}:{os.getpid()}"
                 await canary.work(engine.dispatcher, stop, worker, settings.canary_interval)
                 await server.stop()
-        finally:
-            remove()
 
     try:
         runtime.run(main())

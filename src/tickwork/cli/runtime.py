@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 import click
@@ -98,20 +98,21 @@ def run(main: Coroutine[Any, Any, None]) -> None:
         uvloop.run(main)
 
 
-def stop_on_signals(stop: asyncio.Event) -> Callable[[], None]:
-    """Set ``stop`` on SIGINT/SIGTERM; returns a function that removes the handlers."""
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event that SIGINT/SIGTERM set while the block runs; the handlers go with it."""
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
-
-    def remove() -> None:
+    try:
+        yield stop
+    finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-
-    return remove
 
 
 async def run_until_stopped(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import enum
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import click
+from click.decorators import FC
 
 from tickwork.core import cron, hashing, limits, spec
 from tickwork.core.preview import Mark, fire_times
@@ -60,6 +63,11 @@ def _policy_text(schedule: cron.CronSchedule, given: cron.DstPolicy) -> str:
     return "DST policy: " + "; ".join(parts)
 
 
+def _dst_option(flag: str, policy: type[enum.StrEnum], help: str) -> Callable[[FC], FC]:
+    """A DST policy's option: one of its values, as ``schedule.dst`` takes them."""
+    return click.option(flag, type=click.Choice([choice.value for choice in policy]), help=help)
+
+
 @click.group()
 def schedule() -> None:
     """Inspect schedules."""
@@ -94,19 +102,19 @@ def schedule() -> None:
     help="Shift each time by the job's stable jitter offset (needs --job).",
 )
 @click.option("--job", "job_text", metavar="TENANT/NAME", help="Job whose jitter to apply.")
-@click.option(
+@_dst_option(
     "--dst-repeated",
-    type=click.Choice([choice.value for choice in cron.DstRepeated]),
-    help="A local time that happens twice fires at its first occurrence, its last, or "
-    "both (schedule.dst.repeated; default: first for a fixed hour, both for an hour "
-    "field starting with '*').",
+    cron.DstRepeated,
+    "A local time that happens twice fires at its first occurrence, its last, or both "
+    "(schedule.dst.repeated; default: first for a fixed hour, both for an hour field "
+    "starting with '*').",
 )
-@click.option(
+@_dst_option(
     "--dst-skipped",
-    type=click.Choice([choice.value for choice in cron.DstSkipped]),
-    help="A local time that does not exist fires at the end of the gap (shift) or not "
-    "at all (skip) (schedule.dst.skipped; default: shift for a fixed hour, skip for an "
-    "hour field starting with '*').",
+    cron.DstSkipped,
+    "A local time that does not exist fires at the end of the gap (shift) or not at all "
+    "(skip) (schedule.dst.skipped; default: shift for a fixed hour, skip for an hour field "
+    "starting with '*').",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of UTC instants.")
 def preview(

@@ -17,6 +17,7 @@ import orjson
 
 from tickwork.core import containers, shards
 from tickwork.core import spec as spec_module
+from tickwork.core.hot import hot_record
 from tickwork.core.spec import JobSpec
 
 # A database row: asyncpg's Record, or any mapping of column names to values.
@@ -64,8 +65,30 @@ class Attempt:
     error: Any
 
 
+class _RunIdentity:
+    """The public id and the handlers' idempotency key of a run, read from its row's
+    shard, id, tenant, job and stored key."""
+
+    __slots__ = ()
+
+    shard: int
+    id: int
+    tenant: str
+    job: str
+    idempotency_key: str | None
+
+    @property
+    def run_id(self) -> str:
+        return shards.format_run_id(self.shard, self.id)
+
+    @property
+    def effective_idempotency_key(self) -> str:
+        """The key handlers use: the stored one, or ``tenant/name#runId`` without one."""
+        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
+
+
 @dataclass(frozen=True, slots=True)
-class Run:
+class Run(_RunIdentity):
     shard: int
     id: int
     tenant: str
@@ -95,15 +118,6 @@ class Run:
     # Set on the answer to an enqueue that the job's rule gave an existing run instead
     # of a new one: "unique" (deduplicated) or "debounce" (debounced). Not stored.
     answered_by: str | None = None
-
-    @property
-    def run_id(self) -> str:
-        return shards.format_run_id(self.shard, self.id)
-
-    @property
-    def effective_idempotency_key(self) -> str:
-        """The key handlers use: the stored one, or ``tenant/name#runId`` without one."""
-        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
 
     @property
     def payload(self) -> Any:
@@ -245,8 +259,8 @@ class Scope:
 UNRESTRICTED: Final = Scope()
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+@hot_record
+class Lease(_RunIdentity):
     """A run handed to one worker until ``lease_expires_at``."""
 
     shard: int
@@ -268,14 +282,6 @@ class Lease:
     payload_json: str | None
     dry_run: bool = False  # the job is in dry-run mode: the handler must have no effects
 
-    @property
-    def run_id(self) -> str:
-        return shards.format_run_id(self.shard, self.id)
-
-    @property
-    def effective_idempotency_key(self) -> str:
-        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
-
 
 class Outcome(enum.StrEnum):
     succeeded = "succeeded"
@@ -284,7 +290,7 @@ class Outcome(enum.StrEnum):
     snoozed = "snoozed"
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Completion:
     id: int
     fencing_token: int
@@ -294,7 +300,7 @@ class Completion:
     delay_seconds: float = 0.0  # a snooze's wait before the run is ready again
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Completed:
     """The answer to a completion: the state it produced and when a retry may start."""
 
@@ -304,14 +310,14 @@ class Completed:
     snoozed: bool = False  # the lease ended in a snooze (the run waits in retry_wait)
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Beat:
     id: int
     fencing_token: int
     extend_seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Extended:
     id: int
     lease_expires_at: datetime

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
 from tickwork.core import fairness, limits, queue_limits
@@ -98,6 +98,40 @@ def settings_of(model: type[Settings], prefix: tuple[str, ...] = ()) -> Iterator
 
 
 # --- the database ---
+
+
+def _words(value: Any, *, commas: bool = False) -> Any:
+    """A repeatable option as given (one string, or a list of them): its words, split
+    at blanks (and at commas), as a tuple. Anything else is returned as it is, for
+    the field's own type to refuse."""
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, tuple | list):
+        return value
+    if commas:
+        value = [str(item).replace(",", " ") for item in value]
+    return tuple(word for item in value for word in str(item).split())
+
+
+def _printable(value: str | None) -> str | None:
+    if value is not None and (not value.strip() or not value.isprintable()):
+        raise ValueError("must be printable text, not only blanks")
+    return value
+
+
+# The options of a replica taking Leases (the schedulers' shard leases, the operator's
+# leader election): the same flags and variables everywhere, read alike.
+LeaseNamespace = Annotated[
+    str | None,
+    Field(min_length=1, max_length=63),
+    Option("--lease-namespace", env="TICKWORK_LEASE_NAMESPACE"),
+]
+Identity = Annotated[
+    str | None,
+    Field(min_length=1, max_length=200),
+    AfterValidator(_printable),
+    Option("--identity", env="TICKWORK_IDENTITY"),
+]
 
 
 class PoolSettings(Settings):
@@ -216,14 +250,10 @@ class KubernetesAuthSettings(Settings):
     @field_validator("audiences", mode="before")
     @classmethod
     def _audiences(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = (value,)
-        if not isinstance(value, tuple | list):
-            return value
+        found = _words(value)
         # An empty list would fall back to the API server's own audiences, so that a
         # token stolen from any pod would do: refuse it rather than widen silently.
-        found = tuple(word for item in value for word in str(item).split())
-        if not found:
+        if isinstance(found, tuple) and not found:
             raise ValueError("give at least one audience (the default is tickwork)")
         return found
 
@@ -271,11 +301,7 @@ class ReshardSettings(Settings):
     ``postgres`` tables are always checked). Unset: ``kubernetes`` in a pod, else
     ``postgres``."""
 
-    lease_namespace: Annotated[
-        str | None,
-        Field(min_length=1, max_length=63),
-        Option("--lease-namespace", env="TICKWORK_LEASE_NAMESPACE"),
-    ] = None
+    lease_namespace: LeaseNamespace = None
     """Namespace of the schedulers' Lease objects (``kubernetes``). Unset:
     ``$POD_NAMESPACE``, else ``tickwork``."""
 
@@ -300,19 +326,11 @@ class CoordinationSettings(Settings):
     shard's schema. Unset: ``kubernetes`` in a pod (a service-account token is
     mounted), else ``postgres``."""
 
-    lease_namespace: Annotated[
-        str | None,
-        Field(min_length=1, max_length=63),
-        Option("--lease-namespace", env="TICKWORK_LEASE_NAMESPACE"),
-    ] = None
+    lease_namespace: LeaseNamespace = None
     """Namespace of the Lease objects (``kubernetes``). Unset: ``$POD_NAMESPACE``, else
     ``tickwork``."""
 
-    identity: Annotated[
-        str | None,
-        Field(min_length=1, max_length=200),
-        Option("--identity", env="TICKWORK_IDENTITY"),
-    ] = None
+    identity: Identity = None
     """This replica's name in the leases; unique per replica. Unset: ``$POD_NAME``,
     else ``hostname-pid``."""
 
@@ -330,13 +348,6 @@ class CoordinationSettings(Settings):
     stall_seconds: Annotated[float, Field(gt=0)] = 10.0
     """A scheduler transaction left idle this long (its process paused or cut off
     mid-way) is ended by the server."""
-
-    @field_validator("identity")
-    @classmethod
-    def _printable(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or not value.isprintable()):
-            raise ValueError("must be printable text, not only blanks")
-        return value
 
 
 class SchedulerSettings(Settings):
@@ -461,11 +472,9 @@ class EdgeSettings(Settings):
     @field_validator("forwarded_allow_ips", mode="before")
     @classmethod
     def _addresses(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = (value,)
-        if not isinstance(value, tuple | list):
-            return value
-        found = tuple(word for item in value for word in str(item).replace(",", " ").split())
+        found = _words(value, commas=True)
+        if not isinstance(found, tuple):
+            return found
         if "*" in found:
             if len(found) > 1:
                 # uvicorn would read a "*" among addresses as a host name that never
@@ -732,18 +741,10 @@ class LeaderElectionSettings(Settings):
     """Elect a leader among the operator's replicas. Unset: on in a pod (a
     service-account token is mounted), off elsewhere (one operator)."""
 
-    lease_namespace: Annotated[
-        str | None,
-        Field(min_length=1, max_length=63),
-        Option("--lease-namespace", env="TICKWORK_LEASE_NAMESPACE"),
-    ] = None
+    lease_namespace: LeaseNamespace = None
     """Namespace of the Lease. Unset: ``$POD_NAMESPACE``, else ``tickwork``."""
 
-    identity: Annotated[
-        str | None,
-        Field(min_length=1, max_length=200),
-        Option("--identity", env="TICKWORK_IDENTITY"),
-    ] = None
+    identity: Identity = None
     """This replica's name in the Lease; unique per replica. Unset: ``$POD_NAME``, else
     ``hostname-pid``."""
 
@@ -753,13 +754,6 @@ class LeaderElectionSettings(Settings):
     """Duration of the Lease. The leader renews it every 30 % of it and stops writing
     10 % of it before it can have expired for the others; a dead leader is replaced
     within about this long plus one renew interval."""
-
-    @field_validator("identity")
-    @classmethod
-    def _printable(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or not value.isprintable()):
-            raise ValueError("must be printable text, not only blanks")
-        return value
 
 
 class OperatorSettings(Settings):

@@ -19,7 +19,7 @@ import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from tickwork.core import shards
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import NotFound, StoreUnavailable, TickworkError
 from tickwork.core.fairness import PriorityShares
+from tickwork.core.hot import hot_record
 from tickwork.core.queue_limits import QueueRateLimit
 from tickwork.core.records import (
     UNRESTRICTED,
@@ -59,14 +60,14 @@ QueueGrant = Callable[[frozenset[str]], Awaitable[frozenset[str]]]
 ITEM_RETRY_AFTER = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class HeartbeatItem:
     run_id: str
     fencing_token: int
     extend_seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class CompleteItem:
     run_id: str
     fencing_token: int

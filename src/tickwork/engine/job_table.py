@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Final
 
 from tickwork.core.records import JobRunSummary, Run
@@ -62,20 +64,16 @@ class Page:
     query: Query
 
 
-def _value(row: store.JobRow, column: Column) -> Any:
-    if column is Column.zone:
-        return row.zone
-    if column is Column.next:
-        return row.next_run_at
-    if column is Column.last:
-        return row.last_finished_at
-    if column is Column.paused:
-        return row.paused
-    if column is Column.active:
-        return row.active
-    if column is Column.dead:
-        return row.dead
-    return row.name
+# The row attribute each column sorts by.
+_SORTED_BY: Final[Mapping[Column, Callable[[store.JobRow], Any]]] = {
+    Column.name: attrgetter("name"),
+    Column.zone: attrgetter("zone"),
+    Column.next: attrgetter("next_run_at"),
+    Column.last: attrgetter("last_finished_at"),
+    Column.paused: attrgetter("paused"),
+    Column.active: attrgetter("active"),
+    Column.dead: attrgetter("dead"),
+}
 
 
 def _ordered(rows: list[store.JobRow], query: Query) -> list[store.JobRow]:
@@ -83,10 +81,11 @@ def _ordered(rows: list[store.JobRow], query: Query) -> list[store.JobRow]:
     rows = sorted(rows, key=lambda row: row.name)
     if query.sort is Column.name:
         return rows[::-1] if query.descending else rows
-    present = [row for row in rows if _value(row, query.sort) is not None]
-    missing = [row for row in rows if _value(row, query.sort) is None]
+    value = _SORTED_BY[query.sort]
+    present = [row for row in rows if value(row) is not None]
+    missing = [row for row in rows if value(row) is None]
     # Stable sorts: equal values keep the names' ascending order, as in SQL.
-    present.sort(key=lambda row: _value(row, query.sort), reverse=query.descending)
+    present.sort(key=value, reverse=query.descending)
     return present + missing
 
 

@@ -4,15 +4,16 @@ transaction of the change they record)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
 
 from tickwork.core.records import AuditEntry
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-AUDIT_OF_TENANT: Final = queries.get("audit_of_tenant")
-AUDIT_OF_JOB: Final = queries.get("audit_of_job")
-AUDIT_NOTIFICATIONS: Final = queries.get("audit_notifications")
+
+class SQL(queries.Statements):
+    audit_of_tenant: str
+    audit_of_job: str
+    audit_notifications: str
 
 
 async def page(
@@ -27,13 +28,13 @@ async def page(
     ``(at, id)`` bound."""
     at, entry_id = before if before is not None else (None, None)
     if job is None:
-        rows = await conn.fetch(AUDIT_OF_TENANT, tenant, at, entry_id, limit)
+        rows = await conn.fetch(SQL.audit_of_tenant, tenant, at, entry_id, limit)
     else:
-        rows = await conn.fetch(AUDIT_OF_JOB, tenant, job, at, entry_id, limit)
+        rows = await conn.fetch(SQL.audit_of_job, tenant, job, at, entry_id, limit)
     return [AuditEntry.from_record(shard, row) for row in rows]
 
 
 async def notifications(conn: Connection, shard: int, tenant: str, limit: int) -> list[AuditEntry]:
     """The tenant's newest delivered notifications (``action: notify``) of this shard."""
-    rows = await conn.fetch(AUDIT_NOTIFICATIONS, tenant, limit)
+    rows = await conn.fetch(SQL.audit_notifications, tenant, limit)
     return [AuditEntry.from_record(shard, row) for row in rows]

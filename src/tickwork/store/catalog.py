@@ -16,7 +16,11 @@ from typing import Final
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-DESCRIBE_SCHEMA: Final = queries.get("describe_schema")
+
+class SQL(queries.Statements):
+    describe_schema: str
+
+
 HEADER: Final = (
     "-- The schema of one tickwork shard, as a freshly migrated shard describes itself.\n"
     "-- Written by `make schema`; the migration tests check every migrated shard against\n"
@@ -26,7 +30,7 @@ HEADER: Final = (
 
 async def describe(conn: Connection) -> str:
     """The schema on ``conn``'s search path, as the text of ``schema.sql``."""
-    rows = await conn.fetch(DESCRIBE_SCHEMA)
+    rows = await conn.fetch(SQL.describe_schema)
     lines = [HEADER.rstrip("\n")]
     group: tuple[int, str] | None = None
     for row in rows:

@@ -14,21 +14,22 @@ pass reads after that (or reads again next time).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
 
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-MARK_CHANGED_JOBS: Final = queries.get("mark_changed_jobs")
-DRAIN_CHANGED_JOBS: Final = queries.get("drain_changed_jobs")
-CURRENT_SNAPSHOT: Final = queries.get("current_snapshot")
-UNFINISHED_OF_SNAPSHOT: Final = queries.get("unfinished_of_snapshot")
+
+class SQL(queries.Statements):
+    mark_changed_jobs: str
+    drain_changed_jobs: str
+    current_snapshot: str
+    unfinished_of_snapshot: str
 
 
 async def mark(conn: Connection, keys: Sequence[tuple[str, str]]) -> None:
     """Add ``(tenant, job)`` pairs to the set (in the caller's transaction)."""
     if keys:
-        await conn.execute(MARK_CHANGED_JOBS, [k[0] for k in keys], [k[1] for k in keys])
+        await conn.execute(SQL.mark_changed_jobs, [k[0] for k in keys], [k[1] for k in keys])
 
 
 async def drain(
@@ -36,13 +37,15 @@ async def drain(
 ) -> tuple[list[tuple[str, str]], str]:
     """Take up to ``limit`` jobs off the set (of ``tenants``; None: all); returns them
     and the snapshot of the transactions in flight right after (for ``settled``)."""
-    rows = await conn.fetch(DRAIN_CHANGED_JOBS, limit, None if tenants is None else list(tenants))
-    snapshot = await conn.fetchval(CURRENT_SNAPSHOT)
+    rows = await conn.fetch(
+        SQL.drain_changed_jobs, limit, None if tenants is None else list(tenants)
+    )
+    snapshot = await conn.fetchval(SQL.current_snapshot)
     assert isinstance(snapshot, str)
     return [(row["tenant"], row["job"]) for row in rows], snapshot
 
 
 async def settled(conn: Connection, snapshot: str) -> bool:
     """Whether every transaction in flight at ``snapshot`` has committed or aborted."""
-    unfinished: int = await conn.fetchval(UNFINISHED_OF_SNAPSHOT, snapshot)
+    unfinished: int = await conn.fetchval(SQL.unfinished_of_snapshot, snapshot)
     return unfinished == 0

@@ -7,16 +7,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
 
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-DATABASE_NOW: Final = queries.get("database_now")
+
+class SQL(queries.Statements):
+    database_now: str
 
 
 async def now(conn: Connection, pinned: datetime | None = None) -> datetime:
     """The instant ``pinned`` stands for, or the database's own ``now()``."""
-    instant = await conn.fetchval(DATABASE_NOW, pinned)
+    instant = await conn.fetchval(SQL.database_now, pinned)
     assert isinstance(instant, datetime)
     return instant

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -38,8 +38,10 @@ from tickwork.store import queries
 if TYPE_CHECKING:
     from tickwork.store.database import Connection
 
-SCHEMA_STATE: Final = queries.get("schema_state")
-SERVING_IDENTITY: Final = queries.get("serving_identity")
+
+class SQL(queries.Statements):
+    schema_state: str
+    serving_identity: str
 
 
 class SchemaBehind(SchemaMismatch):
@@ -73,7 +75,7 @@ def judge(number: int, state: SchemaState, latest: int) -> SchemaMismatch | None
 
 async def state_of(conn: Connection) -> SchemaState:
     try:
-        row = await conn.fetchrow(SCHEMA_STATE)
+        row = await conn.fetchrow(SQL.schema_state)
     except asyncpg.UndefinedTableError:
         return SchemaState(0, 0)
     assert row is not None
@@ -97,7 +99,7 @@ async def check(conn: Connection, shard: Shard, shard_count: int, latest: int) -
     problem = judge(shard.number, await state_of(conn), latest)
     if problem is not None:
         raise problem
-    row = await conn.fetchrow(SERVING_IDENTITY)
+    row = await conn.fetchrow(SQL.serving_identity)
     if row is None or (row["shard"], row["shard_count"]) != (shard.number, shard_count):
         found = "nothing" if row is None else f"shard {row['shard']} of {row['shard_count']}"
         raise identity_mismatch(shard, shard_count, found)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Final
 
 import orjson
 
@@ -14,15 +13,17 @@ from tickwork.core.spec import JobSpec
 from tickwork.store import changes, queries, runs
 from tickwork.store.database import Connection
 
-DEFINITION: Final = queries.get("definition")
-DEFINITION_FOR_UPDATE: Final = queries.get("definition_for_update")
-DEFINITION_FOR_SHARE: Final = queries.get("definition_for_share")
-UPSERT_DEFINITION: Final = queries.get("upsert_definition")
-DELETE_DEFINITION: Final = queries.get("delete_definition")
-SET_PAUSED: Final = queries.get("set_paused")
-DEFINITIONS_OF_TENANT: Final = queries.get("definitions_of_tenant")
-MANAGED_DEFINITIONS: Final = queries.get("managed_definitions")
-JOB_STATUSES: Final = queries.get("job_statuses")
+
+class SQL(queries.Statements):
+    definition: str
+    definition_for_update: str
+    definition_for_share: str
+    upsert_definition: str
+    delete_definition: str
+    set_paused: str
+    definitions_of_tenant: str
+    managed_definitions: str
+    job_statuses: str
 
 
 def not_found(tenant: str, name: str) -> NotFound:
@@ -30,7 +31,7 @@ def not_found(tenant: str, name: str) -> NotFound:
 
 
 async def get(conn: Connection, shard: int, tenant: str, name: str) -> Definition:
-    row = await conn.fetchrow(DEFINITION, tenant, name)
+    row = await conn.fetchrow(SQL.definition, tenant, name)
     if row is None:
         raise not_found(tenant, name)
     return Definition.from_record(shard, row)
@@ -41,7 +42,7 @@ async def lock(
 ) -> Definition | None:
     """Read and lock a definition inside the caller's transaction (None if absent)."""
     row = await conn.fetchrow(
-        DEFINITION_FOR_UPDATE if exclusive else DEFINITION_FOR_SHARE, tenant, name
+        SQL.definition_for_update if exclusive else SQL.definition_for_share, tenant, name
     )
     return None if row is None else Definition.from_record(shard, row)
 
@@ -64,7 +65,7 @@ async def upsert(
     """
     document = spec.to_stored()
     row = await conn.fetchrow(
-        UPSERT_DEFINITION,
+        SQL.upsert_definition,
         tenant,
         name,
         orjson.dumps(document).decode(),
@@ -99,7 +100,7 @@ async def delete(
     Returns ``(cancelled, cancel_requested)``; ``NotFound`` if there is no such job.
     """
     async with conn.transaction():
-        if await conn.fetchrow(DELETE_DEFINITION, tenant, name) is None:
+        if await conn.fetchrow(SQL.delete_definition, tenant, name) is None:
             raise not_found(tenant, name)
         cancelled, requested = await runs.cancel_all_of_job(conn, tenant, name, now)
         await runs.audit(
@@ -127,7 +128,7 @@ async def set_paused(
     """Pause or resume (idempotent: pausing a paused job changes and records
     nothing). A paused job materialises no new runs."""
     async with conn.transaction():
-        row = await conn.fetchrow(SET_PAUSED, tenant, name, paused, now)
+        row = await conn.fetchrow(SQL.set_paused, tenant, name, paused, now)
         if row is None:
             raise not_found(tenant, name)
         if row["changed"]:
@@ -141,7 +142,7 @@ async def set_paused(
 async def list_of_tenant(
     conn: Connection, shard: int, tenant: str, after: str | None, limit: int
 ) -> list[Definition]:
-    rows = await conn.fetch(DEFINITIONS_OF_TENANT, tenant, after, limit)
+    rows = await conn.fetch(SQL.definitions_of_tenant, tenant, after, limit)
     return [Definition.from_record(shard, row) for row in rows]
 
 
@@ -149,7 +150,7 @@ async def managed(
     conn: Connection, manager: Manager, tenants: list[str] | None
 ) -> list[tuple[str, str]]:
     """``(tenant, name)`` of the definitions ``manager`` keeps, in ``tenants`` (None: all)."""
-    rows = await conn.fetch(MANAGED_DEFINITIONS, manager.value, tenants)
+    rows = await conn.fetch(SQL.managed_definitions, manager.value, tenants)
     return [(row["tenant"], row["name"]) for row in rows]
 
 
@@ -159,5 +160,5 @@ async def statuses(
     """The status of the jobs ``keys`` (``(tenant, name)``) of one shard, in one query."""
     if not keys:
         return []
-    rows = await conn.fetch(JOB_STATUSES, [k[0] for k in keys], [k[1] for k in keys])
+    rows = await conn.fetch(SQL.job_statuses, [k[0] for k in keys], [k[1] for k in keys])
     return [JobStatus.from_record(shard, row) for row in rows]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
 
 from tickwork.core import shards
 from tickwork.core.errors import InvalidState, NotFound
@@ -11,11 +10,13 @@ from tickwork.core.records import UNRESTRICTED, Run, Scope, State
 from tickwork.store import queries, runs
 from tickwork.store.database import Connection
 
-DEAD_RUNS: Final = queries.get("dead_runs")
-REPLAY_DEAD: Final = queries.get("replay_dead")
-DISCARD_DEAD: Final = queries.get("discard_dead")
-RUN_BY_ID: Final = queries.get("run_by_id")
-WAS_REPLAYED: Final = queries.get("was_replayed")
+
+class SQL(queries.Statements):
+    dead_runs: str
+    replay_dead: str
+    discard_dead: str
+    run_by_id: str
+    was_replayed: str
 
 
 async def list_dead(
@@ -28,7 +29,7 @@ async def list_dead(
 ) -> list[Run]:
     """Dead runs of ``tenant`` (optionally one job), newest death first."""
     finished_at, run_id = before if before is not None else (None, None)
-    rows = await conn.fetch(DEAD_RUNS, tenant, job, finished_at, run_id, limit)
+    rows = await conn.fetch(SQL.dead_runs, tenant, job, finished_at, run_id, limit)
     return [Run.from_record(shard, row) for row in rows]
 
 
@@ -43,11 +44,11 @@ async def replay(
     """dead → ready with a fresh attempt budget (a run ``scope`` may see)."""
     async with conn.transaction():
         await runs.require_visible(conn, shard, run_id, scope)
-        row = await conn.fetchrow(REPLAY_DEAD, run_id, now)
+        row = await conn.fetchrow(SQL.replay_dead, run_id, now)
         if row is None:
             # The endpoint is idempotent: the same call again (a client that lost the
             # first answer) gets the run it revived, as it is now.
-            if await conn.fetchval(WAS_REPLAYED, run_id):
+            if await conn.fetchval(SQL.was_replayed, run_id):
                 return await runs.get(conn, shard, run_id, scope)
             raise await _refusal(conn, shard, run_id, "replay")
         await runs.audit(conn, row["tenant"], row["job"], run_id, "replay", actor, None, now)
@@ -66,7 +67,7 @@ async def discard(
     """dead → discarded (terminal; a run ``scope`` may see)."""
     async with conn.transaction():
         await runs.require_visible(conn, shard, run_id, scope)
-        row = await conn.fetchrow(DISCARD_DEAD, run_id, now)
+        row = await conn.fetchrow(SQL.discard_dead, run_id, now)
         if row is None:
             found = await runs.get(conn, shard, run_id, scope)
             if found.state is State.discarded:
@@ -78,7 +79,7 @@ async def discard(
 
 async def _refusal(conn: Connection, shard: int, run_id: int, verb: str) -> NotFound | InvalidState:
     public = shards.format_run_id(shard, run_id)
-    row = await conn.fetchrow(RUN_BY_ID, run_id)
+    row = await conn.fetchrow(SQL.run_by_id, run_id)
     if row is None:
         return NotFound(f"no run {public!r}", field="runId")
     return InvalidState(

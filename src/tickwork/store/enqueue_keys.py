@@ -6,18 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Final
 
 from tickwork.core.records import Run
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-TAKE: Final = queries.get("take_enqueue_keys")
-KEY_RUNS: Final = queries.get("key_runs")
-POINT: Final = queries.get("point_enqueue_keys")
-DEBOUNCE: Final = queries.get("debounce_runs")
-ANSWER_KEYS: Final = queries.get("answer_run_keys")
-FORGET_OLD: Final = queries.get("forget_old_enqueue_keys")
+
+class SQL(queries.Statements):
+    take_enqueue_keys: str
+    runs_by_ids: str
+    point_enqueue_keys: str
+    debounce_runs: str
+    answer_run_keys: str
+    forget_old_enqueue_keys: str
 
 
 async def take(
@@ -25,13 +26,13 @@ async def take(
 ) -> dict[str, Run]:
     """Lock ``keys`` until the transaction ends (waiting for an enqueue that holds one)
     and answer the run each names, where there is one still to be found."""
-    rows = await conn.fetch(TAKE, tenant, job, sorted(keys), now)
+    rows = await conn.fetch(SQL.take_enqueue_keys, tenant, job, sorted(keys), now)
     run_ids = {row["key"]: row["run_id"] for row in rows if row["run_id"] is not None}
     if not run_ids:
         return {}
     found = {
         row["id"]: Run.from_record(shard, row)
-        for row in await conn.fetch(KEY_RUNS, list(run_ids.values()))
+        for row in await conn.fetch(SQL.runs_by_ids, list(run_ids.values()))
     }
     return {key: found[run_id] for key, run_id in run_ids.items() if run_id in found}
 
@@ -46,7 +47,7 @@ async def point(
 ) -> None:
     """The taken ``keys`` now name ``run_ids``."""
     if keys:
-        await conn.execute(POINT, tenant, job, list(keys), list(run_ids), now)
+        await conn.execute(SQL.point_enqueue_keys, tenant, job, list(keys), list(run_ids), now)
 
 
 async def debounce(
@@ -65,7 +66,7 @@ async def debounce(
     if not run_ids:
         return {}
     rows = await conn.fetch(
-        DEBOUNCE,
+        SQL.debounce_runs,
         list(run_ids),
         list(payloads_json),
         list(priorities),
@@ -87,7 +88,7 @@ async def answer_keys(
     enqueue's run answered: ``(key, run id, fingerprint)``."""
     if answered:
         await conn.execute(
-            ANSWER_KEYS,
+            SQL.answer_run_keys,
             tenant,
             job,
             [key for key, _, _ in answered],
@@ -99,5 +100,5 @@ async def answer_keys(
 
 async def forget_old(conn: Connection, horizon: datetime) -> int:
     """Forget the keys whose run is no longer live, taken before ``horizon``."""
-    status = await conn.execute(FORGET_OLD, horizon)
+    status = await conn.execute(SQL.forget_old_enqueue_keys, horizon)
     return int(status.split()[-1])

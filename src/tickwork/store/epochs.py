@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
 
 import asyncpg
 
@@ -23,12 +22,14 @@ from tickwork.store.database import Connection
 
 logger = logging.getLogger(__name__)
 
-TAKE_EPOCH: Final = queries.get("take_epoch")
-CHECK_EPOCH: Final = queries.get("check_epoch")
-CURRENT_EPOCH: Final = queries.get("current_epoch")
-EPOCH_LOCK_TIMEOUT: Final = queries.get("epoch_lock_timeout")
-END_OLD_EPOCH_SESSIONS: Final = queries.get("end_old_epoch_sessions")
-RECORD_PASS: Final = queries.get("record_pass")
+
+class SQL(queries.Statements):
+    take_epoch: str
+    check_epoch: str
+    current_epoch: str
+    epoch_lock_timeout: str
+    end_old_epoch_sessions: str
+    record_pass: str
 
 
 class Deposed(Exception):
@@ -69,7 +70,7 @@ class Holder:
 
 
 async def current(conn: Connection) -> Holder:
-    row = await conn.fetchrow(CURRENT_EPOCH)
+    row = await conn.fetchrow(SQL.current_epoch)
     assert row is not None, "every migrated shard has its epoch row"
     return Holder(row["epoch"], row["owner"], row["acquired_at"])
 
@@ -79,7 +80,7 @@ async def check(conn: Connection, fence: Fence | None) -> None:
     an unfenced writer, such as a test or a maintenance tool that owns the shard)."""
     if fence is None:
         return
-    row = await conn.fetchrow(CHECK_EPOCH, fence.epoch, fence.stall_setting)
+    row = await conn.fetchrow(SQL.check_epoch, fence.epoch, fence.stall_setting)
     if row is None:
         holder = await current(conn)
         raise Deposed(fence.epoch, holder.epoch, holder.owner)
@@ -88,7 +89,7 @@ async def check(conn: Connection, fence: Fence | None) -> None:
 async def record_pass(conn: Connection, fence: Fence, now: datetime | None = None) -> datetime:
     """Note the end of a pass of ``fence``'s holder (raises ``Deposed`` when the epoch
     moved on: a deposed owner does not make the shard look scheduled)."""
-    ended: datetime | None = await conn.fetchval(RECORD_PASS, fence.epoch, now)
+    ended: datetime | None = await conn.fetchval(SQL.record_pass, fence.epoch, now)
     if ended is None:
         holder = await current(conn)
         raise Deposed(fence.epoch, holder.epoch, holder.owner)
@@ -112,12 +113,14 @@ async def take(
     for attempt in (1, 2):
         try:
             async with conn.transaction():
-                await conn.execute(EPOCH_LOCK_TIMEOUT, f"{max(1, round(wait_seconds * 1000))}ms")
-                row = await conn.fetchrow(TAKE_EPOCH, owner, now)
+                await conn.execute(
+                    SQL.epoch_lock_timeout, f"{max(1, round(wait_seconds * 1000))}ms"
+                )
+                row = await conn.fetchrow(SQL.take_epoch, owner, now)
         except asyncpg.LockNotAvailableError:
             if attempt == 2:
                 raise
-            ended = await conn.fetch(END_OLD_EPOCH_SESSIONS)
+            ended = await conn.fetch(SQL.end_old_epoch_sessions)
             logger.warning(
                 "the old epoch's transactions did not end within %gs; ended sessions %s",
                 wait_seconds,

@@ -34,24 +34,34 @@ from tickwork.store import queries
 from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
-CLAIM: Final = queries.get("claim")
-CLAIM_ONE_HEAD: Final = queries.get("claim_one_head")
-CLAIM_LIMITED: Final = queries.get("claim_limited")
-GENERIC_PLAN: Final = queries.get("generic_plan")
-LOCK_FLOW: Final = queries.get("lock_flow")
-FLOW_STRATEGIES: Final = queries.get("flow_strategies")
-HEARTBEAT: Final = queries.get("heartbeat")
-COMPLETE_SUCCEEDED: Final = queries.get("complete_succeeded")
-LOCK_LEASED: Final = queries.get("lock_leased")
-RECORD_FAILURES: Final = queries.get("record_failures")
-RECORD_SNOOZES: Final = queries.get("record_snoozes")
-LOCK_DEFINITIONS_OF_RUNS: Final = queries.get("lock_definitions_of_runs")
-COMPLETION_OF: Final = queries.get("completion_of")
-RUN_STATE: Final = queries.get("run_state")
-RUN_QUEUES: Final = queries.get("run_queues")
+
+class SQL(queries.Statements):
+    claim: str
+    claim_one_head: str
+    claim_limited: str
+    generic_plan: str
+    lock_flow: str
+    flow_strategies: str
+    heartbeat: str
+    complete_succeeded: str
+    lock_leased: str
+    record_failures: str
+    record_snoozes: str
+    lock_definitions_of_runs: str
+    completion_of: str
+    run_state: str
+    run_queues: str
+    release: str
+
+
+# The benchmarks time these statements by these names.
+CLAIM: Final = SQL.claim
+CLAIM_ONE_HEAD: Final = SQL.claim_one_head
+COMPLETE_SUCCEEDED: Final = SQL.complete_succeeded
+
+
 # The passes of claims made without a dispatcher's own (tests, tools): process-wide.
 SHARED_PRIORITY_SHARES: Final = fairness.PriorityShares()
-RELEASE: Final = queries.get("release")
 
 
 async def claim(
@@ -162,13 +172,15 @@ async def _claim_rows(
     wrong guess costs one short statement, only when the shape changes."""
     shape = shapes.get(key)
     if shape == _ONE_HEAD:
-        rows = await _fetch(conn, CLAIM_ONE_HEAD, *arguments)
+        rows = await _fetch(conn, SQL.claim_one_head, *arguments)
         heads = rows[0]["heads"]
         if heads < 2:
             return _leased(rows)
         shape = heads
     if shape == _MANY_HEADS:
-        plain = await _fetch(conn, CLAIM, *arguments, shares.passes, shares.weights, shares.seed())
+        plain = await _fetch(
+            conn, SQL.claim, *arguments, shares.passes, shares.weights, shares.seed()
+        )
         if not plain[0]["limited"]:
             shapes.remember(key, plain[0])
             return _leased(plain)
@@ -193,11 +205,11 @@ async def _claim_limited(
     queues, _, _, now, _, tenant = arguments
     async with conn.transaction():
         if not getattr(conn, "generic_plans", False):
-            await conn.execute(GENERIC_PLAN)
-        flow = await conn.fetchrow(LOCK_FLOW, queues, tenant)
+            await conn.execute(SQL.generic_plan)
+        flow = await conn.fetchrow(SQL.lock_flow, queues, tenant)
         if flow["queues"]:
             await conn.execute(
-                FLOW_STRATEGIES,
+                SQL.flow_strategies,
                 flow["queues"],
                 flow["priorities"],
                 flow["tenants"],
@@ -208,7 +220,7 @@ async def _claim_limited(
                 now,
             )
         rows: list[asyncpg.Record] = await conn.fetch(
-            CLAIM_LIMITED,
+            SQL.claim_limited,
             *arguments,
             shares.passes,
             shares.weights,
@@ -227,7 +239,7 @@ async def _fetch(conn: Connection, query: str, *arguments: Any) -> list[asyncpg.
         # The claim's plan is the same for every argument (index scans throughout),
         # but PostgreSQL kept planning it anew: 2-7 ms each time against under a
         # millisecond to run it (see database.ClaimConnection).
-        await conn.execute(GENERIC_PLAN)
+        await conn.execute(SQL.generic_plan)
         rows = await conn.fetch(query, *arguments)
     return rows
 
@@ -253,7 +265,7 @@ async def heartbeat(
             rows = []
             for batch in _rounds(group):
                 rows += await conn.fetch(
-                    HEARTBEAT,
+                    SQL.heartbeat,
                     [b.id for b in batch],
                     [b.fencing_token for b in batch],
                     seconds,
@@ -297,7 +309,7 @@ async def complete(
     for batch in _rounds(succeeded):
         # One statement, its own transaction: the hot path needs no BEGIN/COMMIT.
         rows = await conn.fetch(
-            COMPLETE_SUCCEEDED,
+            SQL.complete_succeeded,
             [c.id for c in batch],
             [c.fencing_token for c in batch],
             now,
@@ -310,7 +322,7 @@ async def complete(
             locked: dict[int, asyncpg.Record] = {}
             for batch in _rounds(failed):
                 for row in await conn.fetch(
-                    LOCK_LEASED,
+                    SQL.lock_leased,
                     [c.id for c in batch],
                     [c.fencing_token for c in batch],
                     scope.tenant,
@@ -330,7 +342,7 @@ async def complete(
                     snoozes.append((row["id"], row["fencing_token"], completion.delay_seconds))
             if snoozes:
                 rows = await conn.fetch(
-                    RECORD_SNOOZES,
+                    SQL.record_snoozes,
                     [run_id for run_id, _, _ in snoozes],
                     [token for _, token, _ in snoozes],
                     [delay for _, _, delay in snoozes],
@@ -444,9 +456,9 @@ async def record_failures(
     same statement (with its reason and an audit entry)."""
     dead = [f.id for f in failures if f.decision.state is State.dead]
     if dead:
-        await conn.execute(LOCK_DEFINITIONS_OF_RUNS, dead)
+        await conn.execute(SQL.lock_definitions_of_runs, dead)
     rows: list[asyncpg.Record] = await conn.fetch(
-        RECORD_FAILURES,
+        SQL.record_failures,
         [f.id for f in failures],
         [f.decision.state.value for f in failures],
         [f.decision.delay_seconds for f in failures],
@@ -474,7 +486,7 @@ def _collect(found: dict[tuple[int, int], Completed], rows: Sequence[asyncpg.Rec
 async def _earlier_completion(
     conn: Connection, run_id: int, fencing_token: int
 ) -> Completed | None:
-    row = await conn.fetchrow(COMPLETION_OF, run_id, fencing_token)
+    row = await conn.fetchrow(SQL.completion_of, run_id, fencing_token)
     if row is None:
         return None
     return Completed(run_id, State(row["result_state"]), row["next_attempt_at"], row["snoozed"])
@@ -482,7 +494,7 @@ async def _earlier_completion(
 
 async def _refusal(conn: Connection, shard: int, run_id: int, scope: Scope) -> TickworkError:
     public = shards.format_run_id(shard, run_id)
-    row = await conn.fetchrow(RUN_STATE, run_id)
+    row = await conn.fetchrow(SQL.run_state, run_id)
     # A run outside the caller's tenant or queues is reported as absent: existence of
     # another team's runs is not the caller's business.
     if row is None or not scope.allows(row["tenant"], row["queue"]):
@@ -496,7 +508,7 @@ async def _refusal(conn: Connection, shard: int, run_id: int, scope: Scope) -> T
 
 async def queues_of(conn: Connection, run_ids: Sequence[int], tenant: str) -> frozenset[str]:
     """The queues of the runs among ``run_ids`` that belong to ``tenant``."""
-    rows = await conn.fetch(RUN_QUEUES, list(run_ids), tenant)
+    rows = await conn.fetch(SQL.run_queues, list(run_ids), tenant)
     return frozenset(row["queue"] for row in rows)
 
 
@@ -504,7 +516,7 @@ async def release(conn: Connection, granted: Sequence[Lease], now: datetime | No
     """Return leases that never reached a worker to ``ready``, attempt not counted."""
     async with conn.transaction():
         rows = await conn.fetch(
-            RELEASE, [g.id for g in granted], [g.fencing_token for g in granted], now
+            SQL.release, [g.id for g in granted], [g.fencing_token for g in granted], now
         )
         await notify_ready(conn, [row["queue"] for row in rows])
     return len(rows)

@@ -26,10 +26,16 @@ from tickwork.store import clock, epochs, queries
 from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
-LOCK_DUE_DEFINITIONS: Final = queries.get("lock_due_definitions")
-INSERT_PLANNED_RUNS: Final = queries.get("insert_planned_runs")
-ADVANCE_DEFINITIONS: Final = queries.get("advance_definitions")
-FIRE_TIMES_TAKEN: Final = queries.get("fire_times_taken")
+
+class SQL(queries.Statements):
+    lock_due_definitions: str
+    insert_planned_runs: str
+    advance_definitions: str
+    fire_times_taken: str
+
+
+# The engine's materialiser hands this statement on by this name.
+INSERT_PLANNED_RUNS: Final = SQL.insert_planned_runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +135,7 @@ async def materialise(
     async with conn.transaction():
         await epochs.check(conn, fence)
         instant = await clock.now(conn, now)
-        rows = await conn.fetch(LOCK_DUE_DEFINITIONS, instant + lookahead, batch)
+        rows = await conn.fetch(SQL.lock_due_definitions, instant + lookahead, batch)
         if not rows:
             return Materialised(0, 0, 0)
         planned, advances = decide(_due_definitions(rows), instant)
@@ -159,7 +165,7 @@ async def insert_runs(
     is taken, and mark their jobs changed. Returns ``(queue, state)`` of each run
     inserted: ``scheduled``, ``ready``, or ``skipped`` (past its starting deadline)."""
     rows: list[asyncpg.Record] = await conn.fetch(
-        INSERT_PLANNED_RUNS,
+        SQL.insert_planned_runs,
         [r.tenant for r in runs],  # $1
         [r.job for r in runs],
         [r.queue for r in runs],
@@ -187,7 +193,7 @@ async def advance(conn: Connection, advances: Sequence[Advance]) -> None:
     """Move the definitions' cursors and mark their jobs changed (in the caller's
     transaction)."""
     await conn.execute(
-        ADVANCE_DEFINITIONS,
+        SQL.advance_definitions,
         [a.tenant for a in advances],  # $1
         [a.name for a in advances],
         [a.next_due_at for a in advances],
@@ -202,4 +208,4 @@ async def fire_times_taken(
     """How many of ``due_times`` of the job have a run already (their keys are taken)."""
     if not due_times:
         return 0
-    return int(await conn.fetchval(FIRE_TIMES_TAKEN, tenant, job, list(due_times)))
+    return int(await conn.fetchval(SQL.fire_times_taken, tenant, job, list(due_times)))

@@ -36,15 +36,17 @@ _COMPATIBLE_FROM: Final = re.compile(r"^--\s*compatible-from:\s*([0-9]+)\s*$", r
 # Any constant works; it only has to be the same in every tickwork process.
 _ADVISORY_LOCK: Final = 0x7469636B776F726B  # "tickwork"
 
-MIGRATION_LOCK = queries.get("migration_lock")
-CREATE_SCHEMA_DDL = queries.get("create_schema_ddl")
-USE_SCHEMA = queries.get("use_schema")
-CREATE_VERSION_TABLE = queries.get("create_version_table")
-ADD_COMPATIBLE_FROM = queries.get("add_compatible_from")
-SHARD_IDENTITY = queries.get("shard_identity")
-CLAIM_SHARD_IDENTITY = queries.get("claim_shard_identity")
-APPLIED_VERSIONS = queries.get("applied_versions")
-RECORD_VERSION = queries.get("record_version")
+
+class SQL(queries.Statements):
+    migration_lock: str
+    create_schema_ddl: str
+    use_schema: str
+    create_version_table: str
+    add_compatible_from: str
+    shard_identity: str
+    claim_shard_identity: str
+    applied_versions: str
+    record_version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +103,12 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
     schema = _checked_schema(shard.schema)
     applied_now: list[int] = []
     async with conn.transaction():
-        await conn.execute(MIGRATION_LOCK, _ADVISORY_LOCK)
-        await conn.execute(await conn.fetchval(CREATE_SCHEMA_DDL, schema))
-        await conn.fetchval(USE_SCHEMA, schema)
-        await conn.execute(CREATE_VERSION_TABLE)
-        await conn.execute(ADD_COMPATIBLE_FROM)
-        applied = {row["version"] for row in await conn.fetch(APPLIED_VERSIONS)}
+        await conn.execute(SQL.migration_lock, _ADVISORY_LOCK)
+        await conn.execute(await conn.fetchval(SQL.create_schema_ddl, schema))
+        await conn.fetchval(SQL.use_schema, schema)
+        await conn.execute(SQL.create_version_table)
+        await conn.execute(SQL.add_compatible_from)
+        applied = {row["version"] for row in await conn.fetch(SQL.applied_versions)}
         for migration in migrations():
             if migration.version in applied:
                 continue
@@ -124,7 +126,7 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
             )
             await conn.execute(migration.sql)
             await conn.execute(
-                RECORD_VERSION, migration.version, migration.name, migration.compatible_from
+                SQL.record_version, migration.version, migration.name, migration.compatible_from
             )
             applied_now.append(migration.version)
         if applied_now:
@@ -136,7 +138,7 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
                 f"{first:04d}" if first == last else f"{first:04d}-{last:04d}",
                 extra={"action": "migrate", "shard": shard.number, "version": last},
             )
-        await conn.execute(CLAIM_SHARD_IDENTITY, shard.number, shard_count)
+        await conn.execute(SQL.claim_shard_identity, shard.number, shard_count)
         await _check_identity(conn, shard, shard_count)
         # A dispatcher may complete runs before any scheduler has done its partition
         # maintenance: without today's partition those attempts would land in the
@@ -147,7 +149,7 @@ async def migrate_shard(conn: Connection, shard: Shard, shard_count: int) -> lis
 
 
 async def _check_identity(conn: Connection, shard: Shard, shard_count: int) -> None:
-    row = await conn.fetchrow(SHARD_IDENTITY)
+    row = await conn.fetchrow(SQL.shard_identity)
     if row is None or (row["shard"], row["shard_count"]) != (shard.number, shard_count):
         found = "nothing" if row is None else f"shard {row['shard']} of {row['shard_count']}"
         raise compatibility.identity_mismatch(shard, shard_count, found)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import asyncpg
 import orjson
@@ -14,16 +14,18 @@ import orjson
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-CLEAR_DEFAULT: Final = queries.get("clear_default_notification_target")
-PUT_TARGET: Final = queries.get("put_notification_target")
-TARGET: Final = queries.get("notification_target")
-TARGETS_OF_TENANT: Final = queries.get("notification_targets_of_tenant")
-DELETE_TARGET: Final = queries.get("delete_notification_target")
-ALL_TARGETS: Final = queries.get("all_notification_targets")
-COPY_TARGET: Final = queries.get("copy_notification_target")
-RECORD_DELIVERY: Final = queries.get("record_delivery")
-WATCHED_RUNS: Final = queries.get("watched_runs")
-ENQUEUE_NOTIFICATIONS: Final = queries.get("enqueue_notifications")
+
+class SQL(queries.Statements):
+    clear_default_notification_target: str
+    put_notification_target: str
+    notification_target: str
+    notification_targets_of_tenant: str
+    delete_notification_target: str
+    all_notification_targets: str
+    copy_notification_target: str
+    record_delivery: str
+    watched_runs: str
+    enqueue_notifications: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +61,9 @@ async def put(
     secret = None if target.secret_ref is None else orjson.dumps(target.secret_ref).decode()
     async with conn.transaction():
         if target.default:
-            await conn.execute(CLEAR_DEFAULT, tenant, target.name)
+            await conn.execute(SQL.clear_default_notification_target, tenant, target.name)
         row = await conn.fetchrow(
-            PUT_TARGET,
+            SQL.put_notification_target,
             tenant,
             target.name,
             target.url,
@@ -76,23 +78,23 @@ async def put(
 
 
 async def get(conn: Connection, tenant: str, name: str) -> Target | None:
-    row = await conn.fetchrow(TARGET, tenant, name)
+    row = await conn.fetchrow(SQL.notification_target, tenant, name)
     return None if row is None else _target(row)
 
 
 async def of_tenant(conn: Connection, tenant: str) -> list[Target]:
-    return [_target(row) for row in await conn.fetch(TARGETS_OF_TENANT, tenant)]
+    return [_target(row) for row in await conn.fetch(SQL.notification_targets_of_tenant, tenant)]
 
 
 async def delete(conn: Connection, tenant: str, name: str) -> bool:
     """Whether this shard held the target (it does not now)."""
-    return await conn.fetchrow(DELETE_TARGET, tenant, name) is not None
+    return await conn.fetchrow(SQL.delete_notification_target, tenant, name) is not None
 
 
 async def copy_all(source: Connection, target: Connection) -> int:
     """Give ``target`` (a new shard) every notification target ``source`` holds."""
-    rows = await source.fetch(ALL_TARGETS)
-    await target.executemany(COPY_TARGET, [tuple(row.values()) for row in rows])
+    rows = await source.fetch(SQL.all_notification_targets)
+    await target.executemany(SQL.copy_notification_target, [tuple(row.values()) for row in rows])
     return len(rows)
 
 
@@ -105,7 +107,7 @@ async def record_delivery(
     now: datetime | None = None,
 ) -> None:
     await conn.execute(
-        RECORD_DELIVERY, tenant, job, delivery_run_id, orjson.dumps(detail).decode(), now
+        SQL.record_delivery, tenant, job, delivery_run_id, orjson.dumps(detail).decode(), now
     )
 
 
@@ -130,7 +132,7 @@ class Watched:
 async def watched_runs(
     conn: Connection, now: datetime, lookback_seconds: float, limit: int
 ) -> list[Watched]:
-    rows = await conn.fetch(WATCHED_RUNS, now, lookback_seconds, limit)
+    rows = await conn.fetch(SQL.watched_runs, now, lookback_seconds, limit)
     return [
         Watched(
             row["event"],
@@ -164,7 +166,7 @@ async def enqueue(conn: Connection, notices: Sequence[Notice], now: datetime) ->
     if not notices:
         return 0
     made = await conn.fetchval(
-        ENQUEUE_NOTIFICATIONS,
+        SQL.enqueue_notifications,
         [n.tenant for n in notices],
         [n.key for n in notices],
         [orjson.dumps(n.body).decode() for n in notices],

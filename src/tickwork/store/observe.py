@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
 
 from tickwork.core.records import State
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-READY_BACKLOG: Final = queries.get("ready_backlog")
-DEAD_BETWEEN: Final = queries.get("dead_between")
-CANARY_RUNS_SINCE: Final = queries.get("canary_runs_since")
-AUTO_PAUSED_BETWEEN: Final = queries.get("auto_paused_between")
-HELD_BACK_RUNS: Final = queries.get("held_back_runs")
+
+class SQL(queries.Statements):
+    ready_backlog: str
+    dead_between: str
+    canary_runs_since: str
+    auto_paused_between: str
+    held_back_runs: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ class CanaryRun:
 
 
 async def ready_backlog(conn: Connection, now: datetime | None = None) -> list[Backlog]:
-    rows = await conn.fetch(READY_BACKLOG, now)
+    rows = await conn.fetch(SQL.ready_backlog, now)
     return [
         Backlog(r["tenant"], r["queue"], r["priority"], r["ready"], r["oldest_seconds"])
         for r in rows
@@ -50,7 +51,7 @@ async def ready_backlog(conn: Connection, now: datetime | None = None) -> list[B
 
 
 async def dead_between(conn: Connection, after: datetime, until: datetime) -> list[DeadRuns]:
-    rows = await conn.fetch(DEAD_BETWEEN, after, until)
+    rows = await conn.fetch(SQL.dead_between, after, until)
     return [DeadRuns(r["tenant"], r["job"], r["priority"], r["dead"]) for r in rows]
 
 
@@ -58,7 +59,7 @@ async def auto_paused_between(
     conn: Connection, after: datetime, until: datetime
 ) -> list[tuple[str, str, int]]:
     """``(tenant, job, times)`` of the jobs tickwork paused in ``(after, until]``."""
-    rows = await conn.fetch(AUTO_PAUSED_BETWEEN, after, until)
+    rows = await conn.fetch(SQL.auto_paused_between, after, until)
     return [(r["tenant"], r["job"], r["paused"]) for r in rows]
 
 
@@ -78,12 +79,12 @@ async def held_back(
     """The shard's held-back runs per job and limit (of ``job`` = (tenant, name) only,
     if given): those whose concurrency bucket is full or whose rate window is used up."""
     tenant, name = job if job is not None else (None, None)
-    rows = await conn.fetch(HELD_BACK_RUNS, now, tenant, name)
+    rows = await conn.fetch(SQL.held_back_runs, now, tenant, name)
     return [HeldBack(r["tenant"], r["job"], r["limit"], r["runs"]) for r in rows]
 
 
 async def canary_runs_since(
     conn: Connection, tenant: str, job: str, since: datetime
 ) -> list[CanaryRun]:
-    rows = await conn.fetch(CANARY_RUNS_SINCE, tenant, job, since)
+    rows = await conn.fetch(SQL.canary_runs_since, tenant, job, since)
     return [CanaryRun(r["due_at"], State(r["state"]), r["finished_at"]) for r in rows]

@@ -24,21 +24,24 @@ from tickwork.core.records import Row, Run, State
 from tickwork.store import clock, epochs, queries, runs
 from tickwork.store.database import Connection
 
-COUNT_DEAD: Final = queries.get("count_dead_matching")
-COUNT_LIVE: Final = queries.get("count_live_matching")
-NEXT_DEAD_BATCH: Final = queries.get("next_dead_batch")
-NEXT_LIVE_BATCH: Final = queries.get("next_live_batch")
-FINISHED_MATCHING: Final = queries.get("finished_runs_matching")
-LIVE_MATCHING: Final = queries.get("live_runs_matching")
-INSERT_OPERATION: Final = queries.get("insert_operation")
-OPERATION_BY_ID: Final = queries.get("operation_by_id")
-LOCK_OPERATION: Final = queries.get("lock_operation")
-RUNNING_OPERATIONS: Final = queries.get("running_operations")
-RECENT_OPERATIONS: Final = queries.get("recent_operations")
-ADVANCE_OPERATION: Final = queries.get("advance_operation")
-CANCEL_OPERATION: Final = queries.get("cancel_operation")
-REPLAY_DEAD: Final = queries.get("replay_dead")
-DISCARD_DEAD: Final = queries.get("discard_dead")
+
+class SQL(queries.Statements):
+    count_dead_matching: str
+    count_live_matching: str
+    next_dead_batch: str
+    next_live_batch: str
+    finished_runs_matching: str
+    live_runs_matching: str
+    insert_operation: str
+    operation_by_id: str
+    lock_operation: str
+    running_operations: str
+    recent_operations: str
+    advance_operation: str
+    cancel_operation: str
+    replay_dead: str
+    discard_dead: str
+
 
 DEFAULT_BATCH: Final = 500
 
@@ -98,7 +101,7 @@ async def count(
     conn: Connection, tenant: str, action: Action, found: Filter, cutoff: datetime | None
 ) -> int:
     """How many of the shard's runs the operation would act on now."""
-    statement = COUNT_LIVE if action is Action.cancel else COUNT_DEAD
+    statement = SQL.count_live_matching if action is Action.cancel else SQL.count_dead_matching
     value = await conn.fetchval(statement, *_params(tenant, found, cutoff))
     assert isinstance(value, int)
     return value
@@ -119,7 +122,7 @@ async def create(
         created = await clock.now(conn, now)
         total = await count(conn, tenant, action, found, created)
         await conn.execute(
-            INSERT_OPERATION,
+            SQL.insert_operation,
             operation_id,
             tenant,
             action.value,
@@ -134,12 +137,12 @@ async def create(
 async def get(
     conn: Connection, shard: int, operation_id: str, tenant: str
 ) -> ShardOperation | None:
-    row = await conn.fetchrow(OPERATION_BY_ID, operation_id, tenant)
+    row = await conn.fetchrow(SQL.operation_by_id, operation_id, tenant)
     return None if row is None else ShardOperation.from_record(shard, row)
 
 
 async def recent(conn: Connection, shard: int, tenant: str, limit: int) -> list[ShardOperation]:
-    rows = await conn.fetch(RECENT_OPERATIONS, tenant, limit)
+    rows = await conn.fetch(SQL.recent_operations, tenant, limit)
     return [ShardOperation.from_record(shard, row) for row in rows]
 
 
@@ -147,11 +150,11 @@ async def cancel(
     conn: Connection, operation_id: str, tenant: str, now: datetime | None = None
 ) -> None:
     """Stop the operation in this shard (waits for a batch in flight to commit)."""
-    await conn.execute(CANCEL_OPERATION, operation_id, tenant, now)
+    await conn.execute(SQL.cancel_operation, operation_id, tenant, now)
 
 
 async def running(conn: Connection) -> list[str]:
-    return [row["id"] for row in await conn.fetch(RUNNING_OPERATIONS)]
+    return [row["id"] for row in await conn.fetch(SQL.running_operations)]
 
 
 async def matching_runs(
@@ -165,7 +168,7 @@ async def matching_runs(
     """A page of the filter's runs (of one state), newest first by the instant the
     filter's time range is on; ``before`` is the keyset bound."""
     at, run_id = before if before is not None else (None, None)
-    statement = FINISHED_MATCHING if found.finished else LIVE_MATCHING
+    statement = SQL.finished_runs_matching if found.finished else SQL.live_runs_matching
     rows = await conn.fetch(statement, *_params(tenant, found, None), at, run_id, limit)
     return [Run.from_record(shard, row) for row in rows]
 
@@ -190,12 +193,14 @@ async def work_batch(
     """One batch of the operation in this shard, in one transaction."""
     async with conn.transaction():
         await epochs.check(conn, fence)
-        row = await conn.fetchrow(LOCK_OPERATION, operation_id)
+        row = await conn.fetchrow(SQL.lock_operation, operation_id)
         if row is None or row["state"] != OperationState.running.value:
             return Batch(0, True)
         operation = ShardOperation.from_record(0, row)
         moment = await clock.now(conn, now)
-        statement = NEXT_LIVE_BATCH if operation.action is Action.cancel else NEXT_DEAD_BATCH
+        statement = (
+            SQL.next_live_batch if operation.action is Action.cancel else SQL.next_dead_batch
+        )
         picked = await conn.fetch(
             statement,
             *_params(operation.tenant, operation.filter, operation.created_at),
@@ -211,7 +216,7 @@ async def work_batch(
                     woken.add(run["queue"])
         finished = len(picked) < size
         cursor = picked[-1]["id"] if picked else row["cursor"]
-        await conn.execute(ADVANCE_OPERATION, operation_id, cursor, acted, finished, moment)
+        await conn.execute(SQL.advance_operation, operation_id, cursor, acted, finished, moment)
         await runs.notify_ready(conn, sorted(woken))
     return Batch(acted, finished)
 
@@ -220,10 +225,10 @@ async def _act(conn: Connection, action: Action, run: Row, now: datetime) -> boo
     """Act on one run picked by the batch; False when it no longer qualifies (the
     statements act only on a run still in the state they expect)."""
     if action is Action.replay:
-        return await conn.fetchrow(REPLAY_DEAD, run["id"], now) is not None
+        return await conn.fetchrow(SQL.replay_dead, run["id"], now) is not None
     if action is Action.discard:
-        return await conn.fetchrow(DISCARD_DEAD, run["id"], now) is not None
+        return await conn.fetchrow(SQL.discard_dead, run["id"], now) is not None
     # The batch locked the live row: its state is as picked.
     if run["state"] == State.leased.value:
-        return await conn.fetchrow(runs.REQUEST_CANCEL, run["id"], now) is not None
-    return await conn.fetchrow(runs.CANCEL_PENDING, run["id"], now) is not None
+        return await conn.fetchrow(runs.SQL.request_cancel, run["id"], now) is not None
+    return await conn.fetchrow(runs.SQL.cancel_pending, run["id"], now) is not None

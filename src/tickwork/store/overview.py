@@ -17,15 +17,18 @@ from tickwork.core.records import Definition, Row, Run
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-RUNS: Final = queries.get("overview_runs")
-ATTEMPTS: Final = queries.get("overview_attempts")
-BACKLOG: Final = queries.get("overview_backlog")
-DEAD: Final = queries.get("overview_dead")
-SHARD_OWNER: Final = queries.get("shard_owner")
-SHARD_TENANTS: Final = queries.get("shard_tenants")
-JOB_TABLE: Final = queries.get("job_table")
-RUNS_BY_IDS: Final = queries.get("runs_by_ids")
-DEAD_JOBS: Final = queries.get("dead_jobs")
+
+class SQL(queries.Statements):
+    overview_runs: str
+    overview_attempts: str
+    overview_backlog: str
+    overview_dead: str
+    shard_owner: str
+    shard_tenants: str
+    job_table: str
+    runs_by_ids: str
+    dead_jobs: str
+
 
 # Start lag buckets: bucket b holds lags in [1 ms * 1.1^b, 1 ms * 1.1^(b+1)).
 LAG_BUCKET_BASE: Final = 0.001
@@ -97,7 +100,7 @@ class JobRow:
 async def activity(conn: Connection, tenant: str, since: datetime) -> Activity:
     """What the tenant's runs and attempts did on this shard since ``since``."""
     found = Activity()
-    for row in await conn.fetch(RUNS, tenant, since, math.log(LAG_BUCKET_GROWTH)):
+    for row in await conn.fetch(SQL.overview_runs, tenant, since, math.log(LAG_BUCKET_GROWTH)):
         kind = row["grouping"]
         if kind == _STARTED_RUNS and row["started"] is not None:
             found.started[row["started"]] += row["runs"]
@@ -105,7 +108,7 @@ async def activity(conn: Connection, tenant: str, since: datetime) -> Activity:
             found.succeeded[row["succeeded"]] += row["runs"]
         elif kind == _LAG and row["lag"] is not None:
             found.lag.append(LagBucket(row["priority"], row["lag"], row["runs"]))
-    for row in await conn.fetch(ATTEMPTS, tenant, since):
+    for row in await conn.fetch(SQL.overview_attempts, tenant, since):
         kind = row["grouping"]
         if kind == _STARTED_ATTEMPTS and row["started"] is not None:
             found.started[row["started"]] += row["attempts"]
@@ -115,7 +118,7 @@ async def activity(conn: Connection, tenant: str, since: datetime) -> Activity:
 
 
 async def backlog(conn: Connection, tenant: str) -> list[ReadyCount]:
-    rows = await conn.fetch(BACKLOG, tenant)
+    rows = await conn.fetch(SQL.overview_backlog, tenant)
     return [
         ReadyCount(row["queue"], row["priority"], row["ready"], row["oldest_ready_at"])
         for row in rows
@@ -123,19 +126,19 @@ async def backlog(conn: Connection, tenant: str) -> list[ReadyCount]:
 
 
 async def dead(conn: Connection, tenant: str) -> int:
-    count: int = await conn.fetchval(DEAD, tenant)
+    count: int = await conn.fetchval(SQL.overview_dead, tenant)
     return count
 
 
 async def epoch_holder(conn: Connection) -> EpochHolder:
-    row = await conn.fetchrow(SHARD_OWNER)
+    row = await conn.fetchrow(SQL.shard_owner)
     if row is None:  # pragma: no cover - every migrated shard has its row
         return EpochHolder(0, None, None)
     return EpochHolder(row["epoch"], row["owner"], row["acquired_at"], row["last_pass_at"])
 
 
 async def tenants(conn: Connection, limit: int) -> list[str]:
-    return [row["tenant"] for row in await conn.fetch(SHARD_TENANTS, limit)]
+    return [row["tenant"] for row in await conn.fetch(SQL.shard_tenants, limit)]
 
 
 async def job_table(
@@ -149,7 +152,7 @@ async def job_table(
     sort: str,
     limit: int,
 ) -> list[JobRow]:
-    rows = await conn.fetch(JOB_TABLE, tenant, contains, queue, show, sort, limit)
+    rows = await conn.fetch(SQL.job_table, tenant, contains, queue, show, sort, limit)
     return [
         JobRow(
             shard=shard,
@@ -170,10 +173,10 @@ async def job_table(
 
 
 async def dead_jobs(conn: Connection, tenant: str, limit: int) -> list[str]:
-    return [row["job"] for row in await conn.fetch(DEAD_JOBS, tenant, limit)]
+    return [row["job"] for row in await conn.fetch(SQL.dead_jobs, tenant, limit)]
 
 
 async def runs_by_ids(conn: Connection, shard: int, ids: Sequence[int]) -> list[Run]:
     if not ids:
         return []
-    return [Run.from_record(shard, row) for row in await conn.fetch(RUNS_BY_IDS, list(ids))]
+    return [Run.from_record(shard, row) for row in await conn.fetch(SQL.runs_by_ids, list(ids))]

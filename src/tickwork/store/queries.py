@@ -2,6 +2,7 @@
 
 A file holds blocks that start with ``-- name: <query_name>``; the text up to the next
 marker is the query. Queries take ``$n`` parameters only: no SQL is built from strings.
+A module names the queries it runs once, as the attributes of a ``Statements`` class.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import re
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Final
+from typing import Any, Final
 
 _MARKER: Final = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
@@ -50,3 +51,14 @@ def all_queries() -> Mapping[str, str]:
 
 def get(name: str) -> str:
     return all_queries()[name]
+
+
+class Statements:
+    """The queries a module runs, each named once: every attribute a subclass annotates
+    is the query of that name, looked up when the class is made, so a name no ``.sql``
+    file defines fails the import rather than the first call."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in vars(cls).get("__annotations__", {}):
+            setattr(cls, name, get(name))

@@ -13,9 +13,12 @@ from typing import Final
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-LOCK_QUEUE_WINDOW: Final = queries.get("lock_queue_window")
-TAKE_QUEUE_WINDOW: Final = queries.get("take_queue_window")
-GIVE_BACK_QUEUE_WINDOW: Final = queries.get("give_back_queue_window")
+
+class SQL(queries.Statements):
+    lock_queue_window: str
+    take_queue_window: str
+    give_back_queue_window: str
+
 
 # The tenant of queue windows in rate_windows: none (a queue's limit spans tenants).
 TENANT: Final = ""
@@ -49,8 +52,8 @@ async def take(
     ``period_seconds``), recorded as used until given back."""
     key = window_key(queue)
     async with conn.transaction():
-        await conn.execute(LOCK_QUEUE_WINDOW, key)
-        row = await conn.fetchrow(TAKE_QUEUE_WINDOW, key, limit, period_seconds, wanted, now)
+        await conn.execute(SQL.lock_queue_window, key)
+        row = await conn.fetchrow(SQL.take_queue_window, key, limit, period_seconds, wanted, now)
     assert row is not None
     return Taken(queue, wanted, row["granted"], row["slot"])
 
@@ -58,4 +61,4 @@ async def take(
 async def give_back(conn: Connection, taken: Taken, unused: int) -> None:
     """``unused`` of the leases ``taken`` no longer count in the window."""
     if unused > 0:
-        await conn.execute(GIVE_BACK_QUEUE_WINDOW, window_key(taken.queue), taken.slot, unused)
+        await conn.execute(SQL.give_back_queue_window, window_key(taken.queue), taken.slot, unused)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
 
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-TAKE_ENQUEUE_TOKENS: Final = queries.get("take_enqueue_tokens")
-PENDING_RUNS_OF_TENANT: Final = queries.get("pending_runs_of_tenant")
+
+class SQL(queries.Statements):
+    take_enqueue_tokens: str
+    pending_runs_of_tenant: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ async def take_enqueue_tokens(
     if conn.is_in_transaction():
         raise RuntimeError("take_enqueue_tokens commits on its own: call it outside a transaction")
     row = await conn.fetchrow(
-        TAKE_ENQUEUE_TOKENS, tenant, float(runs), rate, burst, now, float(ahead)
+        SQL.take_enqueue_tokens, tenant, float(runs), rate, burst, now, float(ahead)
     )
     assert row is not None
     return Take(row["admitted"], float(row["tokens"]), float(row["taken"]))
@@ -50,6 +51,6 @@ async def take_enqueue_tokens(
 async def pending_runs(conn: Connection, tenant: str, up_to: int) -> int:
     """The tenant's scheduled, ready and retry-waiting runs on this shard (at most
     ``up_to``)."""
-    count = await conn.fetchval(PENDING_RUNS_OF_TENANT, tenant, up_to)
+    count = await conn.fetchval(SQL.pending_runs_of_tenant, tenant, up_to)
     assert isinstance(count, int)
     return count

@@ -26,29 +26,32 @@ import asyncpg
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-NEXT_JOB: Final = queries.get("reshard_next_job")
-JOB_SIZE: Final = queries.get("reshard_job_size")
-LOCK_JOB: Final = queries.get("reshard_lock_job")
-LOCK_JOB_RUNS: Final = queries.get("reshard_lock_job_runs")
-CLEAR_JOB: Final = queries.get("reshard_clear_job")
-MARK_CHANGED: Final = queries.get("reshard_mark_changed")
-FORGET_JOB: Final = queries.get("reshard_forget_job")
-TENANT_BUCKETS: Final = queries.get("reshard_tenant_buckets")
-PUT_BUCKET: Final = queries.get("reshard_put_bucket")
-PAUSED_QUEUES: Final = queries.get("reshard_paused_queues")
-PUT_PAUSED_QUEUE: Final = queries.get("reshard_put_paused_queue")
-FORGET_BUCKET: Final = queries.get("reshard_forget_bucket")
-NEXT_IDS: Final = queries.get("reshard_next_ids")
-RAISE_IDS: Final = queries.get("reshard_raise_ids")
-JOURNAL: Final = queries.get("reshard_journal")
-BEGIN: Final = queries.get("reshard_begin")
-COUNT_MOVED: Final = queries.get("reshard_count_moved")
-FINISH: Final = queries.get("reshard_finish")
-SET_SHARD_COUNT: Final = queries.get("reshard_set_shard_count")
-IN_PROGRESS: Final = queries.get("reshard_in_progress")
-MOVED_RUN_SHARDS: Final = queries.get("moved_run_shards")
-OTHER_SESSIONS: Final = queries.get("reshard_other_sessions")
-SHARD_IDENTITY: Final = queries.get("shard_identity")
+
+class SQL(queries.Statements):
+    reshard_next_job: str
+    reshard_job_size: str
+    reshard_lock_job: str
+    reshard_lock_job_runs: str
+    reshard_clear_job: str
+    reshard_mark_changed: str
+    reshard_forget_job: str
+    reshard_tenant_buckets: str
+    reshard_put_bucket: str
+    reshard_paused_queues: str
+    reshard_put_paused_queue: str
+    reshard_forget_bucket: str
+    reshard_next_ids: str
+    reshard_raise_ids: str
+    reshard_journal: str
+    reshard_begin: str
+    reshard_count_moved: str
+    reshard_finish: str
+    reshard_set_shard_count: str
+    reshard_in_progress: str
+    moved_run_shards: str
+    reshard_other_sessions: str
+    shard_identity: str
+
 
 # Every table that holds rows of a job, in the order they are copied, with the query
 # that selects one job's rows. The names are this fixed list, never input.
@@ -135,19 +138,19 @@ class Bucket:
 async def identity(conn: Connection) -> tuple[int, int] | None:
     """``(shard, shard_count)`` the shard says it is; None on a shard never migrated."""
     try:
-        row = await conn.fetchrow(SHARD_IDENTITY)
+        row = await conn.fetchrow(SQL.shard_identity)
     except asyncpg.UndefinedTableError:
         return None
     return None if row is None else (row["shard"], row["shard_count"])
 
 
 async def journal(conn: Connection) -> list[JournalEntry]:
-    return [JournalEntry(**dict(row)) for row in await conn.fetch(JOURNAL)]
+    return [JournalEntry(**dict(row)) for row in await conn.fetch(SQL.reshard_journal)]
 
 
 async def in_progress(conn: Connection) -> tuple[int, int] | None:
     """``(from, to)`` of a reshard this shard takes part in that has not finished."""
-    row = await conn.fetchrow(IN_PROGRESS)
+    row = await conn.fetchrow(SQL.reshard_in_progress)
     return None if row is None else (row["from_count"], row["to_count"])
 
 
@@ -172,28 +175,28 @@ async def begin_split(
     the reshard is done."""
     async with conn.transaction():
         await _begin(conn, from_count, to_count, "source", now)
-        await conn.execute(SET_SHARD_COUNT, to_count)
+        await conn.execute(SQL.reshard_set_shard_count, to_count)
 
 
 async def _begin(
     conn: Connection, from_count: int, to_count: int, role: str, now: datetime | None
 ) -> None:
-    await conn.execute(BEGIN, from_count, to_count, role, now)
+    await conn.execute(SQL.reshard_begin, from_count, to_count, role, now)
 
 
 async def finish(conn: Connection, from_count: int, to_count: int, now: datetime | None) -> None:
-    await conn.execute(FINISH, from_count, to_count, now)
+    await conn.execute(SQL.reshard_finish, from_count, to_count, now)
 
 
 async def next_job(conn: Connection, after: tuple[str, str]) -> tuple[str, str] | None:
     """The next ``(tenant, job)`` with rows on this shard after ``after`` (``("", "")``
     for the first)."""
-    row = await conn.fetchrow(NEXT_JOB, *after)
+    row = await conn.fetchrow(SQL.reshard_next_job, *after)
     return None if row is None else (row["tenant"], row["job"])
 
 
 async def job_size(conn: Connection, tenant: str, job: str) -> JobSize:
-    row = await conn.fetchrow(JOB_SIZE, tenant, job)
+    row = await conn.fetchrow(SQL.reshard_job_size, tenant, job)
     assert row is not None
     return JobSize(row["definitions"], row["live_runs"], row["finished_runs"])
 
@@ -225,22 +228,22 @@ async def move_job(
             await _copy_job(source, target, tenant, job)
         if copied is not None:
             copied()
-        runs: int = await source.fetchval(FORGET_JOB, tenant, job, to_shard, now)
-        await source.execute(COUNT_MOVED, from_count, to_count, runs)
+        runs: int = await source.fetchval(SQL.reshard_forget_job, tenant, job, to_shard, now)
+        await source.execute(SQL.reshard_count_moved, from_count, to_count, runs)
     return size
 
 
 async def _lock_job(conn: Connection, tenant: str, job: str) -> None:
     """Inside the source's transaction: hold the job's definition and live runs."""
-    await conn.execute(LOCK_JOB, tenant, job)
-    await conn.execute(LOCK_JOB_RUNS, tenant, job)
+    await conn.execute(SQL.reshard_lock_job, tenant, job)
+    await conn.execute(SQL.reshard_lock_job_runs, tenant, job)
 
 
 async def _copy_job(source: Connection, target: Connection, tenant: str, job: str) -> int:
     """Copy every row of the job from ``source`` to ``target`` (inside the target's
     transaction), replacing what an earlier, interrupted copy left there. Returns the
     rows copied."""
-    await target.execute(CLEAR_JOB, tenant, job)
+    await target.execute(SQL.reshard_clear_job, tenant, job)
     copied = 0
     for table, query in JOB_TABLES:
         buffer = io.BytesIO()
@@ -250,34 +253,36 @@ async def _copy_job(source: Connection, target: Connection, tenant: str, job: st
             buffer.seek(0)
             await target.copy_to_table(table, source=buffer, format="binary")
             copied += rows
-    await target.execute(MARK_CHANGED, tenant, job)
+    await target.execute(SQL.reshard_mark_changed, tenant, job)
     return copied
 
 
 async def buckets(conn: Connection) -> list[Bucket]:
-    return [Bucket(**dict(row)) for row in await conn.fetch(TENANT_BUCKETS)]
+    return [Bucket(**dict(row)) for row in await conn.fetch(SQL.reshard_tenant_buckets)]
 
 
 async def put_bucket(conn: Connection, bucket: Bucket) -> None:
-    await conn.execute(PUT_BUCKET, bucket.tenant, bucket.tokens, bucket.at, bucket.admitted)
+    await conn.execute(
+        SQL.reshard_put_bucket, bucket.tenant, bucket.tokens, bucket.at, bucket.admitted
+    )
 
 
 async def forget_bucket(conn: Connection, tenant: str) -> None:
-    await conn.execute(FORGET_BUCKET, tenant)
+    await conn.execute(SQL.reshard_forget_bucket, tenant)
 
 
 async def copy_paused_queues(source: Connection, target: Connection) -> int:
     """Give ``target`` (a new shard) every paused queue ``source`` holds."""
-    rows = await source.fetch(PAUSED_QUEUES)
+    rows = await source.fetch(SQL.reshard_paused_queues)
     await target.executemany(
-        PUT_PAUSED_QUEUE,
+        SQL.reshard_put_paused_queue,
         [(row["tenant"], row["queue"], row["paused_at"], row["actor"]) for row in rows],
     )
     return len(rows)
 
 
 async def next_ids(conn: Connection) -> Ids:
-    row = await conn.fetchrow(NEXT_IDS)
+    row = await conn.fetchrow(SQL.reshard_next_ids)
     assert row is not None
     return Ids(row["run_ids"], row["fencing_tokens"], row["audit_ids"])
 
@@ -285,7 +290,7 @@ async def next_ids(conn: Connection) -> Ids:
 async def _raise_ids(conn: Connection, at_least: Ids) -> Ids:
     """Make the shard's sequences hand out values at or above ``at_least``'s."""
     row = await conn.fetchrow(
-        RAISE_IDS, at_least.run_ids, at_least.fencing_tokens, at_least.audit_ids
+        SQL.reshard_raise_ids, at_least.run_ids, at_least.fencing_tokens, at_least.audit_ids
     )
     assert row is not None
     return Ids(row["run_ids"], row["fencing_tokens"], row["audit_ids"])
@@ -295,14 +300,14 @@ async def forwarded(conn: Connection, run_ids: list[int]) -> dict[int, int]:
     """The shard each of ``run_ids`` moved to, for those that left this shard."""
     if not run_ids:
         return {}
-    rows = await conn.fetch(MOVED_RUN_SHARDS, run_ids)
+    rows = await conn.fetch(SQL.moved_run_shards, run_ids)
     return {row["run_id"]: row["shard"] for row in rows}
 
 
 async def other_sessions(conn: Connection, application_names: list[str]) -> list[Session]:
     """Other sessions named ``application_names`` on this database (the server shows
     every session's name, even other users')."""
-    rows = await conn.fetch(OTHER_SESSIONS, application_names)
+    rows = await conn.fetch(SQL.reshard_other_sessions, application_names)
     return [
         Session(row["pid"], row["application_name"], row["client"], row["backend_start"])
         for row in rows

@@ -38,18 +38,22 @@ DAYS_AHEAD: Final = 3
 PARTITIONED: Final = ("attempts", "finished_runs")
 _PARTITION: Final = re.compile(r"^(attempts|finished_runs)_(\d{8})$")
 
-LIST_PARTITIONS_OF: Final = queries.get("partitions_of")
-TABLE_EXISTS: Final = queries.get("table_exists")
-TODAY: Final = queries.get("utc_today")
+
+class SQL(queries.Statements):
+    partitions_of: str
+    table_exists: str
+    utc_today: str
+    forget_old_keys: str
+    forget_old_audit: str
+    lock_shard_maintenance: str
+    create_partition_ddl: str
+    drop_partition_ddl: str
+
+
 DELETE_OLD_DEFAULT_ROWS: Final = {
     "attempts": queries.get("delete_old_default_attempts"),
     "finished_runs": queries.get("delete_old_default_finished_runs"),
 }
-FORGET_OLD_KEYS: Final = queries.get("forget_old_keys")
-FORGET_OLD_AUDIT: Final = queries.get("forget_old_audit")
-LOCK_SHARD_MAINTENANCE: Final = queries.get("lock_shard_maintenance")
-CREATE_PARTITION_DDL: Final = queries.get("create_partition_ddl")
-DROP_PARTITION_DDL: Final = queries.get("drop_partition_ddl")
 
 
 def partition_name(day: date, parent: str = "attempts") -> str:
@@ -67,7 +71,7 @@ def _checked(name: str) -> str:
 async def _create_partition(conn: Connection, day: date, parent: str) -> None:
     start = datetime.combine(day, time(), tzinfo=UTC)
     ddl = await conn.fetchval(
-        CREATE_PARTITION_DDL,
+        SQL.create_partition_ddl,
         _checked(partition_name(day, parent)),
         start,
         start + timedelta(days=1),
@@ -77,11 +81,11 @@ async def _create_partition(conn: Connection, day: date, parent: str) -> None:
 
 
 async def _drop_partition(conn: Connection, name: str) -> None:
-    await conn.execute(await conn.fetchval(DROP_PARTITION_DDL, _checked(name)))
+    await conn.execute(await conn.fetchval(SQL.drop_partition_ddl, _checked(name)))
 
 
 async def today(conn: Connection, now: datetime | None = None) -> date:
-    value = await conn.fetchval(TODAY, now)
+    value = await conn.fetchval(SQL.utc_today, now)
     assert isinstance(value, date)
     return value
 
@@ -99,9 +103,9 @@ async def ensure_partitions(
     created = []
     async with conn.transaction():
         await epochs.check(conn, fence)
-        await conn.execute(LOCK_SHARD_MAINTENANCE)
+        await conn.execute(SQL.lock_shard_maintenance)
         first = await today(conn, now)
-        existing = {row["name"] for row in await conn.fetch(LIST_PARTITIONS_OF, parent)}
+        existing = {row["name"] for row in await conn.fetch(SQL.partitions_of, parent)}
         for offset in range(days_ahead + 1):
             day = first + timedelta(days=offset)
             name = partition_name(day, parent)
@@ -135,7 +139,7 @@ async def ensure_all_partitions(
     being migrated step by step may not have all of them yet)."""
     created = []
     for parent in PARTITIONED:
-        if await conn.fetchval(TABLE_EXISTS, parent):
+        if await conn.fetchval(SQL.table_exists, parent):
             created += await ensure_partitions(conn, now, days_ahead, parent, fence=fence)
     return created
 
@@ -152,13 +156,13 @@ async def drop_expired(
     dropped = []
     async with conn.transaction():
         await epochs.check(conn, fence)
-        await conn.execute(LOCK_SHARD_MAINTENANCE)
+        await conn.execute(SQL.lock_shard_maintenance)
         cutoff = await today(conn, now) - timedelta(days=retention_days)
         cutoff_instant = datetime.combine(cutoff, time(), tzinfo=UTC)
         for parent in PARTITIONED:
-            if not await conn.fetchval(TABLE_EXISTS, parent):
+            if not await conn.fetchval(SQL.table_exists, parent):
                 continue
-            for row in await conn.fetch(LIST_PARTITIONS_OF, parent):
+            for row in await conn.fetch(SQL.partitions_of, parent):
                 match = _PARTITION.match(row["name"])
                 if match is None:
                     continue
@@ -167,9 +171,9 @@ async def drop_expired(
                     await _drop_partition(conn, row["name"])
                     dropped.append(row["name"])
             await conn.execute(DELETE_OLD_DEFAULT_ROWS[parent], cutoff_instant)
-        if await conn.fetchval(TABLE_EXISTS, "run_keys"):
-            await conn.execute(FORGET_OLD_KEYS, cutoff_instant)
-        if await conn.fetchval(TABLE_EXISTS, "enqueue_keys"):
+        if await conn.fetchval(SQL.table_exists, "run_keys"):
+            await conn.execute(SQL.forget_old_keys, cutoff_instant)
+        if await conn.fetchval(SQL.table_exists, "enqueue_keys"):
             await enqueue_keys.forget_old(conn, cutoff_instant)
     return dropped
 
@@ -190,7 +194,7 @@ async def forget_old_audit(
     while True:
         async with conn.transaction():
             await epochs.check(conn, fence)
-            status = await conn.execute(FORGET_OLD_AUDIT, cutoff, batch)
+            status = await conn.execute(SQL.forget_old_audit, cutoff, batch)
         deleted = int(status.split()[-1])
         total += deleted
         if deleted < batch:

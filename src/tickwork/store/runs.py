@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
@@ -25,27 +25,29 @@ from tickwork.core.records import (
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-INSERT_RUN: Final = queries.get("insert_run")
-RUN_BY_KEY: Final = queries.get("run_by_key")
-NEW_RUN_IDS: Final = queries.get("new_run_ids")
-INSERT_RUNS: Final = queries.get("insert_runs")
-RUN_BY_ID: Final = queries.get("run_by_id")
-RUNS_OF_JOB: Final = queries.get("runs_of_job")
-ATTEMPTS_OF_RUN: Final = queries.get("attempts_of_run")
-LOCK_RUN: Final = queries.get("lock_run")
-FINISHED_RUN: Final = queries.get("finished_run")
-RUN_SUMMARIES: Final = queries.get("run_summaries")
-FINISHED_RUNS_BY_ID: Final = queries.get("finished_runs_by_id")
-CANCEL_PENDING: Final = queries.get("cancel_pending")
-REQUEST_CANCEL: Final = queries.get("request_cancel")
-CANCEL_RUNS_OF_JOB: Final = queries.get("cancel_runs_of_job")
-JOB_RUN_COUNTS: Final = queries.get("job_run_counts")
-LAST_FINISHED_RUN: Final = queries.get("last_finished_run")
-RECORD_AUDIT: Final = queries.get("record_audit")
-NOTIFY_READY: Final = queries.get("notify_ready")
-SET_DRY_RUN: Final = queries.get("set_dry_run")
-INSERT_READY_RUNS: Final = queries.get("insert_ready_runs")
-ENQUEUE_RUN: Final = queries.get("enqueue_run")
+
+class SQL(queries.Statements):
+    insert_run: str
+    run_by_key: str
+    new_run_ids: str
+    insert_runs: str
+    run_by_id: str
+    runs_of_job: str
+    attempts_of_run: str
+    lock_run: str
+    finished_run: str
+    run_summaries: str
+    finished_runs_by_id: str
+    cancel_pending: str
+    request_cancel: str
+    cancel_runs_of_job: str
+    job_run_counts: str
+    last_finished_run: str
+    record_audit: str
+    notify_ready: str
+    set_dry_run: str
+    insert_ready_runs: str
+    enqueue_run: str
 
 
 async def insert(
@@ -62,7 +64,7 @@ async def insert(
     recorded in the audit log (in the same statement).
     """
     row = await conn.fetchrow(
-        INSERT_RUN,
+        SQL.insert_run,
         new.tenant,
         new.job,
         new.queue,
@@ -84,7 +86,7 @@ async def insert(
         actor,
     )
     if row is None:
-        existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
+        existing = await conn.fetchrow(SQL.run_by_key, new.tenant, new.job, new.idempotency_key)
         if existing is None:  # pragma: no cover - the conflicting row committed first
             raise RuntimeError("idempotency conflict without a visible row")
         return Run.from_record(shard, existing), False
@@ -93,14 +95,14 @@ async def insert(
 
 async def set_dry_run(conn: Connection, tenant: str, job: str, dry_run: bool) -> None:
     """Put the job's runs not leased yet in (or out of) dry-run mode."""
-    await conn.execute(SET_DRY_RUN, tenant, job, dry_run)
+    await conn.execute(SQL.set_dry_run, tenant, job, dry_run)
 
 
 async def by_key(
     conn: Connection, shard: int, tenant: str, job: str, idempotency_key: str
 ) -> Run | None:
     """The run of ``tenant/job`` enqueued with ``idempotency_key``, if any."""
-    row = await conn.fetchrow(RUN_BY_KEY, tenant, job, idempotency_key)
+    row = await conn.fetchrow(SQL.run_by_key, tenant, job, idempotency_key)
     return None if row is None else Run.from_record(shard, row)
 
 
@@ -111,9 +113,9 @@ async def insert_many(
     each inserted row is matched to its request); one ``(run, created)`` per request."""
     if not news:
         return []
-    ids = [row["id"] for row in await conn.fetch(NEW_RUN_IDS, len(news))]
+    ids = [row["id"] for row in await conn.fetch(SQL.new_run_ids, len(news))]
     rows = await conn.fetch(
-        INSERT_RUNS,
+        SQL.insert_runs,
         ids,
         [n.tenant for n in news],
         [n.job for n in news],
@@ -141,7 +143,7 @@ async def insert_many(
         if run is not None:
             results.append((run, True))
             continue
-        existing = await conn.fetchrow(RUN_BY_KEY, new.tenant, new.job, new.idempotency_key)
+        existing = await conn.fetchrow(SQL.run_by_key, new.tenant, new.job, new.idempotency_key)
         if existing is None:  # pragma: no cover - the conflicting row committed first
             raise RuntimeError("idempotency conflict without a visible row")
         results.append((Run.from_record(shard, existing), False))
@@ -168,7 +170,7 @@ async def insert_ready(
     array = b"[" + b",".join(b"null" if p is None else p for p in payloads_json) + b"]"
     job_payload_at = [n for n, p in enumerate(payloads_json, 1) if p is None]
     row = await conn.fetchrow(
-        INSERT_READY_RUNS, tenant, job, array.decode(), job_payload_at, now, actor
+        SQL.insert_ready_runs, tenant, job, array.decode(), job_payload_at, now, actor
     )
     if row is None:
         return None
@@ -208,7 +210,7 @@ async def enqueue(
     claimed, audit entry and wake-up included. None when nothing was inserted: the job
     does not exist or the idempotency key is taken."""
     row = await conn.fetchrow(
-        ENQUEUE_RUN,
+        SQL.enqueue_run,
         tenant,
         job,
         run_at,
@@ -226,7 +228,7 @@ async def enqueue(
 
 async def notify_ready(conn: Connection, queues: list[str]) -> None:
     if queues:
-        await conn.execute(NOTIFY_READY, queues)
+        await conn.execute(SQL.notify_ready, queues)
 
 
 def _absent(shard: int, run_id: int) -> NotFound:
@@ -241,7 +243,7 @@ def _visible(row: Row | None, scope: Scope) -> bool:
 
 async def get(conn: Connection, shard: int, run_id: int, scope: Scope = UNRESTRICTED) -> Run:
     """The run, if ``scope`` may see it (``NotFound`` otherwise)."""
-    row = await conn.fetchrow(RUN_BY_ID, run_id)
+    row = await conn.fetchrow(SQL.run_by_id, run_id)
     if row is None or not _visible(row, scope):
         raise _absent(shard, run_id)
     return Run.from_record(shard, row)
@@ -254,13 +256,13 @@ async def require_visible(
     queue never change, so the answer holds for the rest of the caller's transaction."""
     if scope == UNRESTRICTED:
         return
-    if not _visible(await conn.fetchrow(RUN_BY_ID, run_id), scope):
+    if not _visible(await conn.fetchrow(SQL.run_by_id, run_id), scope):
         raise _absent(shard, run_id)
 
 
 async def attempts(conn: Connection, run: Run) -> list[Attempt]:
     """The run's finished attempts, then the attempt in flight if it is leased."""
-    rows = await conn.fetch(ATTEMPTS_OF_RUN, run.id)
+    rows = await conn.fetch(SQL.attempts_of_run, run.id)
     history = [
         Attempt(
             attempt=row["attempt"],
@@ -300,7 +302,7 @@ async def list_of_job(
 ) -> list[Run]:
     """The job's runs, newest first, strictly older than ``before_id`` when given."""
     rows = await conn.fetch(
-        RUNS_OF_JOB, tenant, job, before_id, state.value if state else None, limit
+        SQL.runs_of_job, tenant, job, before_id, state.value if state else None, limit
     )
     return [Run.from_record(shard, row) for row in rows]
 
@@ -318,16 +320,16 @@ async def cancel(
     Cancelling a cancelled run answers it unchanged; other finished runs are refused.
     """
     async with conn.transaction():
-        current = await conn.fetchrow(LOCK_RUN, run_id)
+        current = await conn.fetchrow(SQL.lock_run, run_id)
         if current is None:
-            current = await conn.fetchrow(FINISHED_RUN, run_id)
+            current = await conn.fetchrow(SQL.finished_run, run_id)
         if current is None or not _visible(current, scope):
             raise _absent(shard, run_id)
         state = State(current["state"])
         if state in PENDING:
-            row = await conn.fetchrow(CANCEL_PENDING, run_id, now)
+            row = await conn.fetchrow(SQL.cancel_pending, run_id, now)
         elif state is State.leased:
-            row = await conn.fetchrow(REQUEST_CANCEL, run_id, now)
+            row = await conn.fetchrow(SQL.request_cancel, run_id, now)
         elif state is State.cancelled:
             return Run.from_record(shard, current)
         else:
@@ -344,15 +346,15 @@ async def cancel_all_of_job(
 
     Returns ``(cancelled, cancel_requested)``.
     """
-    rows = await conn.fetch(CANCEL_RUNS_OF_JOB, tenant, job, now)
+    rows = await conn.fetch(SQL.cancel_runs_of_job, tenant, job, now)
     requested = sum(1 for row in rows if row["state"] == State.leased.value)
     return len(rows) - requested, requested
 
 
 async def summary_of_job(conn: Connection, shard: int, tenant: str, job: str) -> JobRunSummary:
-    counts = await conn.fetchrow(JOB_RUN_COUNTS, tenant, job)
+    counts = await conn.fetchrow(SQL.job_run_counts, tenant, job)
     assert counts is not None
-    last = await conn.fetchrow(LAST_FINISHED_RUN, tenant, job)
+    last = await conn.fetchrow(SQL.last_finished_run, tenant, job)
     last_run = Run.from_record(shard, last) if last is not None else None
     return JobRunSummary(
         active=counts["active"],
@@ -368,11 +370,11 @@ async def summaries_of_jobs(
     """``summary_of_job`` for many jobs of one shard, in one statement and one read."""
     if not jobs:
         return {}
-    rows = await conn.fetch(RUN_SUMMARIES, tenant, jobs)
+    rows = await conn.fetch(SQL.run_summaries, tenant, jobs)
     last_ids = [row["last_id"] for row in rows if row["last_id"] is not None]
     last = {
         row["id"]: Run.from_record(shard, row)
-        for row in (await conn.fetch(FINISHED_RUNS_BY_ID, last_ids) if last_ids else [])
+        for row in (await conn.fetch(SQL.finished_runs_by_id, last_ids) if last_ids else [])
     }
     return {
         row["job"]: JobRunSummary(
@@ -397,7 +399,7 @@ async def audit(
 ) -> None:
     """Record who did what (definition changes, cancels, DLQ replays and discards)."""
     await conn.execute(
-        RECORD_AUDIT,
+        SQL.record_audit,
         tenant,
         job,
         run_id,

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
 
 from tickwork.store import queries
 from tickwork.store.database import Connection
 
-READ_SHARD_LEASE: Final = queries.get("read_shard_lease")
-HOLD_SHARD_LEASE: Final = queries.get("hold_shard_lease")
-RELEASE_SHARD_LEASE: Final = queries.get("release_shard_lease")
-ANNOUNCE_MEMBER: Final = queries.get("announce_member")
-LIVE_MEMBERS: Final = queries.get("live_members")
-FORGET_DEPARTED_MEMBERS: Final = queries.get("forget_departed_members")
-LEAVE_MEMBERS: Final = queries.get("leave_members")
+
+class SQL(queries.Statements):
+    read_shard_lease: str
+    hold_shard_lease: str
+    release_shard_lease: str
+    announce_member: str
+    live_members: str
+    forget_departed_members: str
+    leave_members: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class Record:
 
 
 async def read(conn: Connection, now: datetime | None = None) -> Record:
-    row = await conn.fetchrow(READ_SHARD_LEASE, now)
+    row = await conn.fetchrow(SQL.read_shard_lease, now)
     assert row is not None, "every migrated shard has its lease row"
     return Record(
         row["holder"],
@@ -53,13 +54,13 @@ async def hold(
     conn: Connection, holder: str, lease_seconds: float, now: datetime | None = None
 ) -> bool:
     """Take or renew the lease for ``holder``; False while another holder's lease runs."""
-    row = await conn.fetchrow(HOLD_SHARD_LEASE, holder, lease_seconds, now)
+    row = await conn.fetchrow(SQL.hold_shard_lease, holder, lease_seconds, now)
     return row is not None
 
 
 async def release(conn: Connection, holder: str, now: datetime | None = None) -> bool:
     """Free the lease if ``holder`` has it; False when it did not."""
-    return await conn.fetchrow(RELEASE_SHARD_LEASE, holder, now) is not None
+    return await conn.fetchrow(SQL.release_shard_lease, holder, now) is not None
 
 
 async def announce(
@@ -67,16 +68,16 @@ async def announce(
 ) -> frozenset[str]:
     """Renew ``identity``'s membership; return the live members, ``identity`` included."""
     async with conn.transaction():
-        await conn.execute(ANNOUNCE_MEMBER, identity, lease_seconds, now)
-        await conn.execute(FORGET_DEPARTED_MEMBERS, now)
-        rows = await conn.fetch(LIVE_MEMBERS, now)
+        await conn.execute(SQL.announce_member, identity, lease_seconds, now)
+        await conn.execute(SQL.forget_departed_members, now)
+        rows = await conn.fetch(SQL.live_members, now)
     return frozenset(row["identity"] for row in rows)
 
 
 async def members(conn: Connection, now: datetime | None = None) -> frozenset[str]:
     """The live members, read only (announcing nobody)."""
-    return frozenset(row["identity"] for row in await conn.fetch(LIVE_MEMBERS, now))
+    return frozenset(row["identity"] for row in await conn.fetch(SQL.live_members, now))
 
 
 async def leave(conn: Connection, identity: str) -> None:
-    await conn.execute(LEAVE_MEMBERS, identity)
+    await conn.execute(SQL.leave_members, identity)

@@ -26,15 +26,18 @@ from tickwork.store import epochs, leases, queries
 from tickwork.store.database import Connection
 from tickwork.store.runs import notify_ready
 
-LOCK_EXPIRED: Final = queries.get("lock_expired")
-PROMOTE_DUE: Final = queries.get("promote_due")
-SKIP_PAST_DEADLINE: Final = queries.get("skip_past_deadline")
-SECONDS_UNTIL_NEXT_DUE: Final = queries.get("seconds_until_next_due")
-OVERLAP_DUE_JOBS: Final = queries.get("overlap_due_jobs")
-LOCK_OVERLAP_JOBS: Final = queries.get("lock_overlap_jobs")
-LOCK_OVERLAP_FIRES: Final = queries.get("lock_overlap_fires")
-REPLACE_RUNNING: Final = queries.get("replace_running")
-SETTLE_OVERLAP: Final = queries.get("settle_overlap")
+
+class SQL(queries.Statements):
+    lock_expired: str
+    promote_due: str
+    skip_past_deadline: str
+    seconds_until_next_due: str
+    overlap_due_jobs: str
+    lock_overlap_jobs: str
+    lock_overlap_fires: str
+    replace_running: str
+    settle_overlap: str
+
 
 LEASE_EXPIRED_ERROR: Final = {"message": "lease expired", "reason": "lease-expired"}
 
@@ -63,7 +66,7 @@ async def reap(
     """Take back expired leases: each counts as a failed attempt (``lease-expired``)."""
     async with conn.transaction():
         await epochs.check(conn, fence)
-        rows = await conn.fetch(LOCK_EXPIRED, now, limit)
+        rows = await conn.fetch(SQL.lock_expired, now, limit)
         if not rows:
             return Reaped(0, 0, 0)
         failures = [
@@ -123,8 +126,8 @@ async def promote_due(
         # Before any row lock of the flip: the overlap step waits on job locks, and a
         # flip holding rows while it waits could deadlock with another one.
         overlap, overlap_queues = await fire_overlapping(conn, limit, now)
-        rows = await conn.fetch(PROMOTE_DUE, limit, now)
-        late = await conn.fetch(SKIP_PAST_DEADLINE, limit, now)
+        rows = await conn.fetch(SQL.promote_due, limit, now)
+        late = await conn.fetch(SQL.skip_past_deadline, limit, now)
         ready_queues = [row["queue"] for row in rows if row["state"] == State.ready.value]
         await notify_ready(conn, ready_queues + overlap_queues)
     skipped = len(rows) - len(ready_queues) + len(late) + len(overlap.skipped)
@@ -222,7 +225,7 @@ async def fire_overlapping(
     caller's transaction): each job locked, then its fires and its running run read
     afresh, so two flips never both start a fire of one job. Returns what was done and
     the queues of the fires that became ready."""
-    jobs = await conn.fetch(OVERLAP_DUE_JOBS, limit, now)
+    jobs = await conn.fetch(SQL.overlap_due_jobs, limit, now)
     if not jobs:
         return Overlapped(), []
     tenants = [row["tenant"] for row in jobs]
@@ -230,8 +233,8 @@ async def fire_overlapping(
     # In the statement's order (tenant, then job), the same in every flip: no cycle of
     # waits between two of them.
     keys = [f"{tenant}/{name}" for tenant, name in zip(tenants, names, strict=True)]
-    await conn.execute(LOCK_OVERLAP_JOBS, keys)
-    rows = await conn.fetch(LOCK_OVERLAP_FIRES, tenants, names, now)
+    await conn.execute(SQL.lock_overlap_jobs, keys)
+    rows = await conn.fetch(SQL.lock_overlap_fires, tenants, names, now)
     decisions = _Decisions()
     # The rows come grouped by job, oldest fire first; the running run is the job's.
     for _, group in itertools.groupby(rows, key=lambda r: (r["tenant"], r["job"])):
@@ -249,7 +252,7 @@ async def fire_overlapping(
         _decide_fires(fires, running, decisions)
     if decisions.replace:
         stopped = await conn.fetch(
-            REPLACE_RUNNING,
+            SQL.replace_running,
             [t for t, _, _ in decisions.replace],
             [j for _, j, _ in decisions.replace],
             [_json(e) for _, _, e in decisions.replace],
@@ -262,7 +265,7 @@ async def fire_overlapping(
             if run["state"] != State.leased.value:  # not leased: it ends now
                 decisions.end.append((run["id"], State.cancelled.value, errors[key]))
     settled = await conn.fetch(
-        SETTLE_OVERLAP,
+        SQL.settle_overlap,
         decisions.start,
         [run_id for run_id, _, _ in decisions.end],
         [state for _, state, _ in decisions.end],
@@ -276,5 +279,5 @@ async def fire_overlapping(
 
 async def seconds_until_next_due(conn: Connection, now: datetime | None = None) -> float | None:
     """Seconds until the earliest scheduled or retry-waiting run is due (None: none)."""
-    seconds = await conn.fetchval(SECONDS_UNTIL_NEXT_DUE, now)
+    seconds = await conn.fetchval(SQL.seconds_until_next_due, now)
     return None if seconds is None else float(seconds)

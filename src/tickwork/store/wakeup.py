@@ -28,7 +28,10 @@ from tickwork.store import database, outages, queries
 logger = logging.getLogger(__name__)
 
 CHANNEL: Final = "tickwork_ready"
-PROBE: Final = queries.get("listener_probe")
+
+
+class SQL(queries.Statements):
+    listener_probe: str
 
 
 class Waiter:
@@ -217,4 +220,4 @@ class ReadySignal:
             if lost.is_set():
                 return
             # A hung link sends no termination: only a round trip tells.
-            await conn.execute(PROBE, timeout=self.probe_timeout)
+            await conn.execute(SQL.listener_probe, timeout=self.probe_timeout)

@@ -17,7 +17,6 @@ item's ``Problem`` (a stale lease on one item does not fail the others).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, TypeVar
 from urllib.parse import quote
@@ -26,6 +25,7 @@ import aiohttp
 import orjson
 
 from tickwork.core import limits
+from tickwork.core.hot import hot_record
 from tickwork.worker import credentials
 from tickwork.worker.problems import (
     ApiError,
@@ -57,7 +57,7 @@ _Result = TypeVar("_Result")
 _JSON_HEADERS: Final = {"Content-Type": "application/json", "Accept": "application/json"}
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Lease:
     """A run leased to this worker, as ``POST /v1/lease`` hands it out."""
 
@@ -94,7 +94,7 @@ class Lease:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Beat:
     """One heartbeat: extend ``run_id``'s lease by ``extend_seconds``."""
 
@@ -110,7 +110,7 @@ class Beat:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Extended:
     """A heartbeat's answer."""
 
@@ -119,7 +119,7 @@ class Extended:
     cancel_requested: bool
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Completion:
     """One outcome. ``retryable=False`` on a failure sends the run straight to the DLQ;
     ``snoozed`` puts the run back for ``delay_seconds`` without using an attempt."""
@@ -144,7 +144,7 @@ class Completion:
         return body
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Completed:
     """A completion's answer: the state it produced and when a retry may start."""
 

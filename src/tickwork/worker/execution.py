@@ -20,9 +20,9 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, cast
 
+from tickwork.core.hot import hot_record
 from tickwork.worker import completions, handlers, threads
 from tickwork.worker.client import Completion, Lease, Outcome
 from tickwork.worker.context import NonRetryableError, RunContext, Snooze
@@ -185,7 +185,7 @@ async def _awaited(session: Session, held: Held, awaitable: object) -> None:
         completions.finish(session, held, completion)
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class Performed:
     """What a handler did with a run, as the worker reports it: ``message`` and
     ``retryable`` for a failure, ``delay_seconds`` for a snooze, ``skipped`` for a dry

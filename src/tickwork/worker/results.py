@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final, Literal
 
+from tickwork.core.hot import hot_record
 from tickwork.worker.client import Completion, Problem
 from tickwork.worker.context import RunContext
 
 log: Final = logging.getLogger("tickwork.worker")
 
 
-@dataclass(frozen=True, slots=True)
+@hot_record
 class RunResult:
     """What became of one leased run, reported to ``on_result``.
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, TypedDict, Unpack
 
 import pydantic_core
 
 from tickwork.core import limits
+from tickwork.core.hot import hot_record
 from tickwork.worker import execution
 from tickwork.worker.client import Lease
 from tickwork.worker.context import RunContext
@@ -34,9 +35,10 @@ DEFAULT_RUN_ID = "r0-1"
 DEFAULT_WORKER_ID = "test-worker"
 
 
-@dataclass(frozen=True, slots=True)
-class HandlerResult:
-    """What became of the run, as the worker would report it.
+@hot_record
+class HandlerResult(execution.Performed):
+    """What became of the run, as the worker would report it (its ``Performed``), with
+    the run's ``context``.
 
     ``outcome`` is ``succeeded``, ``failed`` or ``snoozed`` (``delay_seconds`` says
     for how long: the handler raised or returned ``Snooze``); a failure has the
@@ -44,17 +46,10 @@ class HandlerResult:
     sends (``"<ExceptionType>: <message>"``), ``retryable`` (False: the run would go to
     the DLQ at once) and the ``error`` raised. ``returned`` is what the handler returned
     (the worker ignores it). ``skipped``: a dry run the worker's handler does not
-    support, completed as succeeded without calling it. ``context`` is the run's context.
+    support, completed as succeeded without calling it.
     """
 
-    outcome: Literal["succeeded", "failed", "snoozed"]
-    context: RunContext
-    message: str | None = None
-    retryable: bool = True
-    error: BaseException | None = None
-    returned: object = None
-    skipped: bool = False
-    delay_seconds: float = 0.0
+    context: RunContext = field(kw_only=True)
 
     @property
     def succeeded(self) -> bool:
@@ -67,6 +62,26 @@ class HandlerResult:
     @property
     def snoozed(self) -> bool:
         return self.outcome == "snoozed"
+
+
+class RunOptions(TypedDict, total=False):
+    """What ``run_handler`` and ``run_handler_async`` take besides the payload: the
+    keyword arguments of ``make_context`` (its defaults apply to those not given)."""
+
+    job: str
+    queue: str
+    tenant: str
+    priority: str
+    attempt: int
+    dry_run: bool
+    run_id: str
+    idempotency_key: str | None
+    fencing_token: int
+    due_at: datetime | None
+    lease_expires_at: datetime | None
+    deadline: datetime | None
+    cancel_requested: bool
+    worker_id: str
 
 
 def make_context(
@@ -127,21 +142,7 @@ def make_context(
 def run_handler(
     handler: Handler | Worker,
     payload: Any = None,
-    *,
-    job: str = DEFAULT_JOB,
-    queue: str = "default",
-    tenant: str = DEFAULT_TENANT,
-    priority: str = "default",
-    attempt: int = 1,
-    dry_run: bool = False,
-    run_id: str = DEFAULT_RUN_ID,
-    idempotency_key: str | None = None,
-    fencing_token: int = 1,
-    due_at: datetime | None = None,
-    lease_expires_at: datetime | None = None,
-    deadline: datetime | None = None,
-    cancel_requested: bool = False,
-    worker_id: str = DEFAULT_WORKER_ID,
+    **run: Unpack[RunOptions],
 ) -> HandlerResult:
     """Run ``handler`` (a function, or a ``Worker`` whose handler for ``job`` runs) for
     one run built by ``make_context`` from the other arguments, and return what the
@@ -159,65 +160,19 @@ def run_handler(
         raise RuntimeError(
             "run_handler called inside a running event loop: await run_handler_async(...)"
         )
-    context = make_context(
-        payload,
-        job=job,
-        queue=queue,
-        tenant=tenant,
-        priority=priority,
-        attempt=attempt,
-        dry_run=dry_run,
-        run_id=run_id,
-        idempotency_key=idempotency_key,
-        fencing_token=fencing_token,
-        due_at=due_at,
-        lease_expires_at=lease_expires_at,
-        deadline=deadline,
-        cancel_requested=cancel_requested,
-        worker_id=worker_id,
-    )
+    context = make_context(payload, **run)
     return asyncio.run(_perform(handler, context, _in_this_thread))
 
 
 async def run_handler_async(
     handler: Handler | Worker,
     payload: Any = None,
-    *,
-    job: str = DEFAULT_JOB,
-    queue: str = "default",
-    tenant: str = DEFAULT_TENANT,
-    priority: str = "default",
-    attempt: int = 1,
-    dry_run: bool = False,
-    run_id: str = DEFAULT_RUN_ID,
-    idempotency_key: str | None = None,
-    fencing_token: int = 1,
-    due_at: datetime | None = None,
-    lease_expires_at: datetime | None = None,
-    deadline: datetime | None = None,
-    cancel_requested: bool = False,
-    worker_id: str = DEFAULT_WORKER_ID,
+    **run: Unpack[RunOptions],
 ) -> HandlerResult:
     """``run_handler`` on the running event loop: an ``async def`` handler runs on it,
     a plain ``def`` one in a thread (as the worker runs it), so it may call what the
     test serves on this loop."""
-    context = make_context(
-        payload,
-        job=job,
-        queue=queue,
-        tenant=tenant,
-        priority=priority,
-        attempt=attempt,
-        dry_run=dry_run,
-        run_id=run_id,
-        idempotency_key=idempotency_key,
-        fencing_token=fencing_token,
-        due_at=due_at,
-        lease_expires_at=lease_expires_at,
-        deadline=deadline,
-        cancel_requested=cancel_requested,
-        worker_id=worker_id,
-    )
+    context = make_context(payload, **run)
     return await _perform(handler, context, asyncio.to_thread)
 
 

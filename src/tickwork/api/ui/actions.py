@@ -14,11 +14,11 @@ from typing import Final
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import access
+from tickwork.api import access, parameters
 from tickwork.api.access import Operation
 from tickwork.api.services import services
 from tickwork.api.ui import sessions, web
-from tickwork.api.ui.pages import job_name, owned_run
+from tickwork.api.ui.pages import owned_run
 from tickwork.core import preconditions
 from tickwork.core.errors import (
     Forbidden,
@@ -28,9 +28,7 @@ from tickwork.core.errors import (
     TooManyAuthFailures,
 )
 from tickwork.core.records import Run, State
-from tickwork.core.spec import check_queue
 from tickwork.engine.jobs import EnqueueRequest
-from tickwork.engine.queues import Queues
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -157,67 +155,58 @@ async def logout(request: Request) -> Response:
 # Jobs
 
 
-async def _pause(request: Request, name: str, paused: bool) -> Response:
-    async def action(who: web.Viewer, fields: web.Form) -> Response:
-        await web.allow(who, Operation.pause_job, job_name(name))
-        # The page's tag: a job changed since it was shown is not acted on blindly (its
-        # new pause may have a reason this page never showed).
-        shown = fields.get("etag")
-        precondition = preconditions.Precondition.of(shown) if shown else preconditions.NONE
-        try:
-            await services(request).jobs.set_paused(
-                who.tenant, name, paused, who.actor, precondition=precondition
-            )
-        except PreconditionFailed as error:
-            raise PreconditionFailed(
-                f"{name} changed since this page was shown: nothing done. Look at it again, "
-                "then pause or resume it."
-            ) from error
-        verb = "Paused" if paused else "Resumed"
-        return web.redirect(request, _back(fields), ("ok", f"{verb} {name}."))
+def _pause(paused: bool) -> Callable[[str, Request], Awaitable[Response]]:
+    async def route(name: str, request: Request) -> Response:
+        async def action(who: web.Viewer, fields: web.Form) -> Response:
+            await web.allow(who, Operation.pause_job, parameters.job_name(name))
+            # The page's tag: a job changed since it was shown is not acted on blindly (its
+            # new pause may have a reason this page never showed).
+            shown = fields.get("etag")
+            precondition = preconditions.Precondition.of(shown) if shown else preconditions.NONE
+            try:
+                await services(request).jobs.set_paused(
+                    who.tenant, name, paused, who.actor, precondition=precondition
+                )
+            except PreconditionFailed as error:
+                raise PreconditionFailed(
+                    f"{name} changed since this page was shown: nothing done. Look at it "
+                    "again, then pause or resume it."
+                ) from error
+            verb = "Paused" if paused else "Resumed"
+            return web.redirect(request, _back(fields), ("ok", f"{verb} {name}."))
 
-    return await act(request, action)
+        return await act(request, action)
 
-
-@router.post("/jobs/{name}/pause")
-async def pause(name: str, request: Request) -> Response:
-    return await _pause(request, name, True)
+    return route
 
 
-@router.post("/jobs/{name}/resume")
-async def resume(name: str, request: Request) -> Response:
-    return await _pause(request, name, False)
+for _verb, _paused in (("pause", True), ("resume", False)):
+    router.post(f"/jobs/{{name}}/{_verb}", name=_verb)(_pause(_paused))
 
 
-async def _queue(request: Request, queue: str, paused: bool) -> Response:
-    svc = services(request)
+def _queue(paused: bool) -> Callable[[str, Request], Awaitable[Response]]:
+    async def route(queue: str, request: Request) -> Response:
+        svc = services(request)
 
-    async def action(who: web.Viewer, fields: web.Form) -> Response:
-        await web.allow(who, Operation.pause_queue, queue)
-        try:
-            check_queue(queue)
-        except ValueError as error:
-            raise InvalidRequest(str(error), field="queue") from error
-        queues = Queues(svc.engine.database, svc.engine.clock)
-        if paused:
-            await queues.pause(who.tenant, queue, who.actor)
-            text = f"Paused queue {queue}: its runs wait until it is resumed."
-        else:
-            await queues.resume(who.tenant, queue, who.actor)
-            text = f"Resumed queue {queue}."
-        return web.redirect(request, _back(fields), ("ok", text))
+        async def action(who: web.Viewer, fields: web.Form) -> Response:
+            await web.allow(who, Operation.pause_queue, queue)
+            parameters.queue_name(queue)
+            queues = svc.queues
+            if paused:
+                await queues.pause(who.tenant, queue, who.actor)
+                text = f"Paused queue {queue}: its runs wait until it is resumed."
+            else:
+                await queues.resume(who.tenant, queue, who.actor)
+                text = f"Resumed queue {queue}."
+            return web.redirect(request, _back(fields), ("ok", text))
 
-    return await act(request, action)
+        return await act(request, action)
 
-
-@router.post("/queues/{queue}/pause")
-async def pause_queue(queue: str, request: Request) -> Response:
-    return await _queue(request, queue, True)
+    return route
 
 
-@router.post("/queues/{queue}/resume")
-async def resume_queue(queue: str, request: Request) -> Response:
-    return await _queue(request, queue, False)
+for _verb, _paused in (("pause", True), ("resume", False)):
+    router.post(f"/queues/{{queue}}/{_verb}", name=f"{_verb}_queue")(_queue(_paused))
 
 
 @router.post("/jobs/{name}/enqueue")
@@ -225,7 +214,7 @@ async def enqueue(name: str, request: Request) -> Response:
     svc = services(request)
 
     async def action(who: web.Viewer, fields: web.Form) -> Response:
-        await web.allow(who, Operation.enqueue, job_name(name))
+        await web.allow(who, Operation.enqueue, parameters.job_name(name))
         if svc.quota is not None:
             await svc.quota.admit(who.tenant, 1)
         run, created = await svc.jobs.enqueue(who.tenant, name, EnqueueRequest(), who.actor)

@@ -86,7 +86,7 @@ async def runs_page(request: Request) -> Response:
             "filtered": set(params) - {"state"} != set(),
             "paged": bool(query.get("cursor")),
             "next_url": next_url,
-            "now": await overview.current_time(svc.engine.database, svc.engine.clock),
+            "now": await svc.now(),
             "job_names": await overview.dead_jobs(svc.engine.database, who.tenant),
         }
         return await web.render(request, "runs.html", context, who, 400 if problem else 200)
@@ -105,7 +105,7 @@ async def operations_page(request: Request) -> Response:
             "section": "operations",
             "operations": found,
             "verbs": {a.value: VERBS[a] for a in core.Action},
-            "now": await overview.current_time(svc.engine.database, svc.engine.clock),
+            "now": await svc.now(),
             "described": described,
         }
         return await web.render(request, "operations.html", context, who)
@@ -133,7 +133,7 @@ async def operation_page(operation_id: str, request: Request) -> Response:
             "verb": VERBS[found.action],
             "filter_lines": described(found.filter, found.action),
             "runs_url": web.url_maker(who)("/ui/runs", **params) if "state" in params else None,
-            "now": await overview.current_time(svc.engine.database, svc.engine.clock),
+            "now": await svc.now(),
         }
         return await web.render(request, "operation.html", context, who)
 

@@ -15,7 +15,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tickwork.api import access, render
+from tickwork.api import access, parameters, render
 from tickwork.api.access import Operation
 from tickwork.api.services import services
 from tickwork.api.ui import chart, notifications, run_filter, views, web
@@ -24,13 +24,10 @@ from tickwork.core import hashing, preconditions
 from tickwork.core.errors import Forbidden, InvalidRequest, NotFound, TickworkError
 from tickwork.core.preview import fire_times
 from tickwork.core.records import PENDING, Attempt, Run, Scope, State
-from tickwork.core.spec import NOTIFY_JOB, check_name
+from tickwork.core.spec import NOTIFY_JOB
 from tickwork.engine import audit, job_table, overview
 from tickwork.engine.cursors import Position
 from tickwork.engine.jobs import DeadCursor, JobView
-from tickwork.engine.notifications import Targets
-from tickwork.engine.operations import Operations
-from tickwork.engine.queues import Queues
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -84,26 +81,11 @@ def _parse_local(text: str | None, field: str) -> datetime | None:
 
 def _job_filter(text: str | None) -> str | None:
     """A ``job`` filter's value (None: no filter); a name no job can have is refused."""
-    job = (text or "").strip() or None
-    if job is not None:
-        try:
-            check_name(job, stored=True)
-        except ValueError as error:
-            raise InvalidRequest(str(error), field="job") from error
-    return job
+    return parameters.job_filter((text or "").strip() or None)
 
 
 def _local_value(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def job_name(name: str) -> str:
-    """``name`` if it can be a job's name; else the page is not found."""
-    try:
-        check_name(name, stored=True)
-    except ValueError as error:
-        raise NotFound(str(error), field="name") from error
-    return name
 
 
 def outcome_tone(outcome: str | None) -> str:
@@ -126,7 +108,7 @@ async def overview_page(request: Request) -> Response:
         except Forbidden:
             queues = None  # a viewer who may not see them sees the rest
         else:
-            queues = await Queues(svc.engine.database, svc.engine.clock).list(who.tenant)
+            queues = await svc.queues.list(who.tenant)
         context = {
             "title": "Overview",
             "section": "overview",
@@ -190,7 +172,7 @@ async def jobs_page(request: Request) -> Response:
             limit=PAGE_SIZE,
         )
         found = await job_table.page(svc.engine.database, who.tenant, request_query)
-        now = await overview.current_time(svc.engine.database, svc.engine.clock)
+        now = await svc.now()
         params = {
             "q": contains,
             "queue": queue,
@@ -225,12 +207,12 @@ async def job_page(name: str, request: Request) -> Response:
     svc = services(request)
 
     async def page(who: web.Viewer) -> Response:
-        await web.allow(who, Operation.get_job, job_name(name))
+        await web.allow(who, Operation.get_job, parameters.job_name(name))
         await web.allow(who, Operation.list_runs)
         view = await svc.jobs.get(who.tenant, name)
         document = render.job(view)
         runs, _ = await svc.jobs.runs_of_job(who.tenant, name, None, None, RECENT_RUNS)
-        now = await overview.current_time(svc.engine.database, svc.engine.clock)
+        now = await svc.now()
         schedule = view.definition.spec.schedule
         fires: list[Any] = []
         preview_problem = None
@@ -349,7 +331,7 @@ async def dlq_page(request: Request) -> Response:
         if since is not None and any(r.finished_at and r.finished_at < since for r in dead):
             dead = [r for r in dead if r.finished_at is not None and r.finished_at >= since]
             next_cursor = None
-        now = await overview.current_time(svc.engine.database, svc.engine.clock)
+        now = await svc.now()
         params = {"job": job, "since": _local_value(since), "until": _local_value(until)}
         url = web.url_maker(who)
         context = {
@@ -390,7 +372,7 @@ async def audit_page(request: Request) -> Response:
             "section": "audit",
             "entries": entries,
             "details": [_detail(entry.detail) for entry in entries],
-            "now": await overview.current_time(svc.engine.database, svc.engine.clock),
+            "now": await svc.now(),
             "params": {"job": job},
             "filtered": job is not None,
             "next_url": None
@@ -418,13 +400,12 @@ async def notifications_page(request: Request) -> Response:
         # Deliveries are audit entries: what the page needs. A viewer who may not see
         # the targets or the runs sees the rest, as the overview does with queues.
         await web.allow(who, Operation.list_audit)
-        database, clock = svc.engine.database, svc.engine.clock
         targets = None
         if await _may(who, Operation.list_targets):
-            targets = await Targets(database, clock).list(who.tenant)
+            targets = await svc.targets.list(who.tenant)
         pending = None
         if await _may(who, Operation.list_runs):
-            pending = await notifications.pending(Operations(database, clock), who.tenant)
+            pending = await notifications.pending(svc.operations, who.tenant)
         delivered = await notifications.deliveries(svc.engine, who.tenant)
         context = {
             "title": "Notifications",
@@ -435,7 +416,7 @@ async def notifications_page(request: Request) -> Response:
             "deliveries": delivered,
             "event_tone": notifications.event_tone,
             "notify_job": NOTIFY_JOB,
-            "now": await overview.current_time(database, clock),
+            "now": await svc.now(),
         }
         return await web.render(request, "notifications.html", context, who)
 

@@ -139,8 +139,7 @@ def actions_for(found: core.Filter) -> list[core.Action]:
 
 
 def operations_of(request: Request) -> engine.Operations:
-    svc = services(request)
-    return engine.Operations(svc.engine.database, svc.engine.clock)
+    return services(request).operations
 
 
 async def matching(request: Request, tenant: str, found: core.Filter) -> int | None:

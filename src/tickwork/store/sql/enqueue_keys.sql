@@ -14,15 +14,6 @@ ORDER BY new.key
 ON CONFLICT (tenant, job, key) DO UPDATE SET run_id = k.run_id
 RETURNING k.key, k.run_id
 
--- name: key_runs
--- The runs the taken keys name, wherever they are now (live or finished).
-SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
-       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
-       idempotency_key, payload, fencing_token, lease_owner, leased_at,
-       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
-       finished_at, concurrency, request_fingerprint
-FROM runs WHERE id = ANY($1::bigint[])
-
 -- name: point_enqueue_keys
 -- The keys $3 now name the runs $4 (the runs just made for them).
 UPDATE enqueue_keys AS k

@@ -132,11 +132,3 @@ ORDER BY
     CASE WHEN $5 = '-name' THEN name END COLLATE "C" DESC,
     name COLLATE "C" ASC
 LIMIT $6
-
--- name: runs_by_ids
-SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
-       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
-       idempotency_key, payload, fencing_token, lease_owner, leased_at,
-       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
-       finished_at, concurrency, request_fingerprint
-FROM runs WHERE id = ANY($1::bigint[])

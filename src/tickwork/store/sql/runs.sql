@@ -175,6 +175,15 @@ SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
        finished_at, concurrency, request_fingerprint
 FROM finished_runs WHERE id = $1
 
+-- name: runs_by_ids
+-- Runs by id, wherever they are now (live or finished).
+SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
+       retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
+       idempotency_key, payload, fencing_token, lease_owner, leased_at,
+       lease_expires_at, deadline, cancel_requested, last_error, created_at, updated_at,
+       finished_at, concurrency, request_fingerprint
+FROM runs WHERE id = ANY($1::bigint[])
+
 -- name: finished_runs_by_id
 SELECT id, tenant, job, queue, priority, state, origin, attempt, max_attempts,
        retry_base, retry_max, timeout_seconds, due_at, ready_at, start_deadline,
