@@ -189,11 +189,22 @@ def paused_reason(definition: Definition) -> dict[str, Any] | None:
     }
 
 
+# A priority's name by its rank, read once per leased run.
+_PRIORITY_NAMES: Final = tuple(Priority.from_rank(rank).value for rank in range(len(Priority)))
+
+
 def lease(item: Lease) -> dict[str, Any]:
+    # Once per leased run: one dict written out, the run id made once (``_placed`` and
+    # the key's property would build a dict more and the id twice).
+    run_id = item.run_id
     return {
-        **_placed(item),
+        "runId": run_id,
+        "job": item.job,
+        "tenant": item.tenant,
+        "queue": item.queue,
+        "priority": _PRIORITY_NAMES[item.priority],
         "attempt": item.attempt,
-        "idempotencyKey": item.effective_idempotency_key,
+        "idempotencyKey": item.idempotency_key or f"{item.tenant}/{item.job}#{run_id}",
         "fencingToken": item.fencing_token,
         "dueAt": item.due_at,
         "leaseExpiresAt": item.lease_expires_at,

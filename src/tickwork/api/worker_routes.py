@@ -26,6 +26,7 @@ from tickwork.core.errors import InvalidRequest, TickworkError
 from tickwork.core.records import Completed, Extended, Lease, Outcome, Scope
 from tickwork.core.spec import Priority, check_queue
 from tickwork.engine.dispatch import CompleteItem, Dispatcher, HeartbeatItem, QueueGrant
+from tickwork.engine.metrics import observe_all
 
 router = APIRouter(prefix="/v1")
 
@@ -114,6 +115,11 @@ def _check_keys(document: dict[str, Any], allowed: frozenset[str], where: str = 
 _LEASE_KEYS: Final = frozenset({"queues", "max", "waitSeconds", "leaseSeconds", "workerId"})
 _BEAT_KEYS: Final = frozenset({"fencingToken", "extendSeconds"})
 _COMPLETE_KEYS: Final = frozenset({"fencingToken", "outcome", "error", "delaySeconds"})
+# A batch's items name their run: the same keys and runId (made once, not per item).
+_ITEM_KEYS: Final = {
+    _BEAT_KEYS: _BEAT_KEYS | {"runId"},
+    _COMPLETE_KEYS: _COMPLETE_KEYS | {"runId"},
+}
 _OUTCOMES: Final = {outcome.value: outcome for outcome in Outcome}
 
 
@@ -129,7 +135,7 @@ def _items(document: dict[str, Any], limit: int) -> list[dict[str, Any]]:
 
 
 def _beat(document: dict[str, Any], run_id: str, where: str = "") -> HeartbeatItem:
-    _check_keys(document, _BEAT_KEYS | ({"runId"} if where else frozenset()), where)
+    _check_keys(document, _ITEM_KEYS[_BEAT_KEYS] if where else _BEAT_KEYS, where)
     return HeartbeatItem(
         run_id,
         _token(document, where),
@@ -145,7 +151,7 @@ def _beat(document: dict[str, Any], run_id: str, where: str = "") -> HeartbeatIt
 
 
 def _completion(document: dict[str, Any], run_id: str, where: str = "") -> CompleteItem:
-    _check_keys(document, _COMPLETE_KEYS | ({"runId"} if where else frozenset()), where)
+    _check_keys(document, _ITEM_KEYS[_COMPLETE_KEYS] if where else _COMPLETE_KEYS, where)
     token = _token(document, where)
     outcome = _OUTCOMES.get(document.get("outcome"))  # type: ignore[arg-type]
     if outcome is None:
@@ -194,13 +200,17 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
     if not granted:
         return
     metrics = svc.metrics
+    by_run: Counter[tuple[str, str, str, int]] = Counter(
+        (lease.tenant, lease.queue, lease.job, lease.priority) for lease in granted
+    )
     by_queue: Counter[tuple[str, str, int]] = Counter()
     by_job: Counter[tuple[str, str, int]] = Counter()
+    for (tenant, queue, job, rank), n in by_run.items():
+        by_queue[(tenant, queue, rank)] += n
+        by_job[(tenant, job, rank)] += n
     lags: dict[int, list[float]] = {}
     lates: dict[int, list[float]] = {}
     for lease in granted:
-        by_queue[(lease.tenant, lease.queue, lease.priority)] += 1
-        by_job[(lease.tenant, lease.job, lease.priority)] += 1
         if lease.attempt == 1:
             lags.setdefault(lease.priority, []).append(
                 (lease.leased_at - lease.ready_at).total_seconds()
@@ -216,8 +226,7 @@ def _count_leases(svc: Services, granted: Sequence[Lease]) -> None:
     for histogram, values in ((metrics.start_lag, lags), (metrics.schedule_lag, lates)):
         for rank, seconds in values.items():
             series = histogram.labels(Priority.from_rank(rank).value)
-            for value in seconds:
-                series.observe(max(value, 0.0))
+            observe_all(series, [max(value, 0.0) for value in seconds])
 
 
 @router.post(

@@ -457,10 +457,11 @@ class Dispatcher:
     ) -> list[R | TickworkError]:
         results: list[R | TickworkError | None] = [None] * len(items)
         groups: dict[int, list[tuple[int, int, T]]] = {}
+        count = self.database.shard_count
         for index, item in enumerate(items):
             try:
                 run_id: str = item.run_id  # type: ignore[attr-defined]
-                shard, local = shards.parse_run_id(run_id, self.database.shard_count)
+                shard, local = shards.parse_run_id(run_id, count)
             except NotFound as error:
                 results[index] = error
                 continue
