@@ -14,7 +14,6 @@ import collections
 import contextlib
 import itertools
 import random
-import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -192,9 +191,9 @@ async def test_drain_5000_runs_on_one_shard_with_8_claimers(shard_map: ShardMap)
         finally:
             await conn.close()
 
-    started = time.monotonic()
     try:
         claimers = (claimer(n) for n in range(len(batches)))
+        # A bound for a hang, not a latency claim (make bench measures throughput).
         await asyncio.wait_for(asyncio.gather(drain.promote([shard]), *claimers), 25)
         drain.check()
         assert len(granted) == total + retried
@@ -208,7 +207,6 @@ async def test_drain_5000_runs_on_one_shard_with_8_claimers(shard_map: ShardMap)
         assert recorded == {(g.run, g.attempt, g.token) for g in granted}
     finally:
         await setup.close()
-    assert time.monotonic() - started < 25
 
 
 async def test_drain_every_shard_through_separate_dispatchers(shard_map: ShardMap) -> None:

@@ -125,8 +125,9 @@ def test_ordinary_payloads_pass(payload: Any) -> None:
 
 
 def test_scanning_the_largest_payload_is_quick() -> None:
-    """As the spec scans: with the payload's JSON text, a few milliseconds (1 s is the
-    bound here only so that a loaded machine cannot fail it)."""
+    """As the spec scans: with the payload's JSON text, a few milliseconds of CPU (1 s
+    is the bound here: a scan that went back over the text per key would take far
+    longer). CPU time, so that a machine busy with other work cannot fail it."""
     for payload in [
         {f"k{i}": f"value number {i} with some words" for i in range(5500)},
         ["x" * (limits.MAX_PAYLOAD_BYTES - 8)],
@@ -135,6 +136,6 @@ def test_scanning_the_largest_payload_is_quick() -> None:
     ]:
         encoded = orjson.dumps(payload)
         assert len(encoded) <= limits.MAX_PAYLOAD_BYTES
-        started = time.perf_counter()
+        started = time.thread_time()
         assert credentials.find(payload, encoded) is None
-        assert time.perf_counter() - started < 1.0
+        assert time.thread_time() - started < 1.0
