@@ -68,20 +68,22 @@ class Case:
     run: CaseFunction = field(repr=False)
     # Run by a plain ``make bench``; the others only when named with ``--only``.
     default: bool = True
+    # The case whose measurements this one takes alone (a smoke run of both runs that one).
+    part_of: str | None = None
 
 
 CASES: list[Case] = []
 
 
 def register(
-    name: str, description: str, *, default: bool = True
+    name: str, description: str, *, default: bool = True, part_of: str | None = None
 ) -> Callable[[CaseFunction], CaseFunction]:
     """Add the decorated function to the cases ``python -m bench`` runs, in order."""
 
     def add(function: CaseFunction) -> CaseFunction:
         if any(case.name == name for case in CASES):
             raise ValueError(f"benchmark case {name!r} registered twice")
-        CASES.append(Case(name, description, function, default))
+        CASES.append(Case(name, description, function, default, part_of))
         return function
 
     return add

@@ -205,7 +205,8 @@ def _proxied_dispatcher(database_url: str) -> Iterator[tuple[str, HangingProxy]]
 @register("faults", "(j) latency with one shard's link hung; the edge's bounds")
 def faults_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(http.migrate(context.database_url))
-    samples = scaled(SAMPLES, least=10)
+    # Each sample waits readiness_timeout_seconds on /readyz: a smoke run takes few.
+    samples = scaled(SAMPLES, least=3)
     with _proxied_dispatcher(context.database_url) as (url, proxy):
 
         async def both() -> tuple[list[Part], list[Part]]:

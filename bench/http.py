@@ -786,7 +786,7 @@ def record_lease_figures(figures: dict[str, float], throughput: list[Row]) -> No
         figures["http_pg_vs_ceiling_pg"] = round(best["PG us/run"] / best["ceiling PG us/run"], 2)
 
 
-@register("http-lease", "(c) alone: lease + complete through HTTP", default=False)
+@register("http-lease", "(c) alone: lease + complete through HTTP", default=False, part_of="http")
 def lease_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(migrate(context.database_url))
     with dispatcher(context.database_url) as url, sdk_pool() as pool:
@@ -795,7 +795,9 @@ def lease_case(context: Context) -> list[Table]:
     return [_throughput_table(throughput)]
 
 
-@register("http-wakeup", "(e) alone: idle wake-up through the long-poll", default=False)
+@register(
+    "http-wakeup", "(e) alone: idle wake-up through the long-poll", default=False, part_of="http"
+)
 def wakeup_case(context: Context) -> list[Table]:
     shard_map = asyncio.run(migrate(context.database_url))
     with dispatcher(context.database_url) as url:
