@@ -56,10 +56,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def base_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A virtualenv holding ``pip install tickwork`` (no extras): its bin folder."""
     folder = tmp_path_factory.mktemp("base-venv")
-    venv.create(folder, with_pip=True)
+    # Without a pip of its own (ensurepip was most of this fixture's time): this
+    # environment's pip installs into it, as `pip --python` does for any.
+    venv.create(folder, with_pip=False)
     bin_dir = folder / "bin"
     subprocess.run(
-        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)], check=True
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(bin_dir / "python"),
+            "install",
+            "--quiet",
+            str(wheel),
+        ],
+        check=True,
     )
     yield bin_dir
 
