@@ -17,6 +17,7 @@ from kube import manifests
 
 from chart import chart as chart_module
 from chart.chart import CHART, EXTERNAL_KINDS, NAMESPACE, RELEASE, ROOT, VALUE_SETS, name, rendered
+from tickwork.core.settings import ApiSettings, OperatorSettings
 
 VERSIONS = (manifests.OLDEST_SUPPORTED, manifests.NEWEST_SUPPORTED)
 
@@ -179,6 +180,23 @@ def test_probes_are_on_healthz_and_readyz() -> None:
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         ports = {p["name"] for p in container["ports"]}
         assert container["readinessProbe"]["httpGet"]["port"] in ports
+
+
+def test_readiness_probes_outwait_a_hung_shard() -> None:
+    """/readyz waits readiness_timeout_seconds for a shard whose link hangs before it
+    answers 200 (degraded): a probe that gives up sooner (the kubelet's default is
+    1 s) would take every dispatcher out of the Service for one hung shard."""
+    waits = {
+        "dispatcher": ApiSettings.model_fields["readiness_timeout_seconds"].default,
+        "operator": OperatorSettings.model_fields["readiness_timeout_seconds"].default,
+    }
+    seen = set()
+    for workload, container in rendered("everything").containers():
+        role = workload["metadata"]["labels"].get("app.kubernetes.io/component")
+        if workload["kind"] == "Deployment" and role in waits:
+            seen.add(role)
+            assert container["readinessProbe"]["timeoutSeconds"] >= waits[role] + 1, role
+    assert seen == set(waits)
 
 
 def test_database_urls_come_from_a_secret() -> None:
