@@ -17,8 +17,11 @@ import contextlib
 import math
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
@@ -104,3 +107,25 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     if len(values) < 2:
         return values[0] if values else 0.0
     return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(process: subprocess.Popen[bytes], port: int, what: str) -> None:
+    """Return once ``process`` accepts connections on ``port`` of 127.0.0.1; raise if it
+    ends first or takes over 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)

@@ -27,7 +27,6 @@ import multiprocessing
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ import aiohttp
 import asyncpg
 import orjson
 
-from bench import Context, Row, Table, ceiling, cpu, register
+from bench import Context, Row, Table, ceiling, cpu, harness, register
 from bench import wakeup as wakeups
 from bench.harness import percentile, scaled
 from tickwork.core.shards import ShardMap
@@ -101,13 +100,6 @@ FROM generate_series(1, $1) AS g
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def dispatcher(database_url: str) -> Iterator[str]:
     """A ``tickwork dispatcher`` process on 127.0.0.1 (quotas out of the way); yields
@@ -128,7 +120,7 @@ DISPATCHERS: dict[str, int] = {}
 def _dispatcher_in(folder: Path, database_url: str) -> Iterator[str]:
     tokens = folder / "tokens.yaml"
     tokens.write_text(TOKENS)
-    port = _free_port()
+    port = harness.free_port()
     process = subprocess.Popen(  # noqa: S603 - our own CLI
         [
             sys.executable,
@@ -155,15 +147,7 @@ def _dispatcher_in(folder: Path, database_url: str) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     DISPATCHERS[url] = process.pid
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the dispatcher did not start") from None
-                time.sleep(0.1)
+        harness.wait_for_port(process, port, "the dispatcher")
         yield url
     finally:
         DISPATCHERS.pop(url, None)

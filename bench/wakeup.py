@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from typing import Final
 import aiohttp
 import asyncpg
 
-from bench import Row
+from bench import Row, harness
 from bench.bare_longpoll import CHANNEL
 from bench.harness import percentile
 
@@ -64,30 +63,15 @@ def part_rows(parts: Sequence[Part]) -> list[Row]:
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def bare_server(database_url: str) -> Iterator[str]:
     """A ``bench.bare_longpoll`` process on 127.0.0.1; yields its URL once it answers."""
-    port = _free_port()
+    port = harness.free_port()
     process = subprocess.Popen(  # noqa: S603 - our own module
         [sys.executable, "-m", "bench.bare_longpoll", database_url, str(port)]
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the bare long-poll server did not start") from None
-                time.sleep(0.1)
+        harness.wait_for_port(process, port, "the bare long-poll server")
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()

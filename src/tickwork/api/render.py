@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import orjson
 
-from tickwork.core import shards
+from tickwork.core import records, shards
 from tickwork.core.errors import TickworkError
 from tickwork.core.records import (
     Attempt,
@@ -204,7 +204,9 @@ def lease(item: Lease) -> dict[str, Any]:
         "queue": item.queue,
         "priority": _PRIORITY_NAMES[item.priority],
         "attempt": item.attempt,
-        "idempotencyKey": item.idempotency_key or f"{item.tenant}/{item.job}#{run_id}",
+        "idempotencyKey": records.effective_idempotency_key(
+            item.idempotency_key, item.tenant, item.job, run_id
+        ),
         "fencingToken": item.fencing_token,
         "dueAt": item.due_at,
         "leaseExpiresAt": item.lease_expires_at,

@@ -115,11 +115,9 @@ def _check_keys(document: dict[str, Any], allowed: frozenset[str], where: str = 
 _LEASE_KEYS: Final = frozenset({"queues", "max", "waitSeconds", "leaseSeconds", "workerId"})
 _BEAT_KEYS: Final = frozenset({"fencingToken", "extendSeconds"})
 _COMPLETE_KEYS: Final = frozenset({"fencingToken", "outcome", "error", "delaySeconds"})
-# A batch's items name their run: the same keys and runId (made once, not per item).
-_ITEM_KEYS: Final = {
-    _BEAT_KEYS: _BEAT_KEYS | {"runId"},
-    _COMPLETE_KEYS: _COMPLETE_KEYS | {"runId"},
-}
+# A batch's items name their run as well (made once, not per item).
+_BEAT_ITEM_KEYS: Final = _BEAT_KEYS | {"runId"}
+_COMPLETE_ITEM_KEYS: Final = _COMPLETE_KEYS | {"runId"}
 _OUTCOMES: Final = {outcome.value: outcome for outcome in Outcome}
 
 
@@ -135,7 +133,7 @@ def _items(document: dict[str, Any], limit: int) -> list[dict[str, Any]]:
 
 
 def _beat(document: dict[str, Any], run_id: str, where: str = "") -> HeartbeatItem:
-    _check_keys(document, _ITEM_KEYS[_BEAT_KEYS] if where else _BEAT_KEYS, where)
+    _check_keys(document, _BEAT_ITEM_KEYS if where else _BEAT_KEYS, where)
     return HeartbeatItem(
         run_id,
         _token(document, where),
@@ -151,7 +149,7 @@ def _beat(document: dict[str, Any], run_id: str, where: str = "") -> HeartbeatIt
 
 
 def _completion(document: dict[str, Any], run_id: str, where: str = "") -> CompleteItem:
-    _check_keys(document, _ITEM_KEYS[_COMPLETE_KEYS] if where else _COMPLETE_KEYS, where)
+    _check_keys(document, _COMPLETE_ITEM_KEYS if where else _COMPLETE_KEYS, where)
     token = _token(document, where)
     outcome = _OUTCOMES.get(document.get("outcome"))  # type: ignore[arg-type]
     if outcome is None:

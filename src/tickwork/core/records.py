@@ -84,7 +84,12 @@ class _RunIdentity:
     @property
     def effective_idempotency_key(self) -> str:
         """The key handlers use: the stored one, or ``tenant/name#runId`` without one."""
-        return self.idempotency_key or f"{self.tenant}/{self.job}#{self.run_id}"
+        return effective_idempotency_key(self.idempotency_key, self.tenant, self.job, self.run_id)
+
+
+def effective_idempotency_key(stored: str | None, tenant: str, job: str, run_id: str) -> str:
+    """A run's key for handlers: ``stored``, or ``tenant/name#runId`` without one."""
+    return stored or f"{tenant}/{job}#{run_id}"
 
 
 @dataclass(frozen=True, slots=True)

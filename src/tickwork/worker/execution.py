@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, cast
 
 from tickwork.core.hot import hot_record
-from tickwork.worker import completions, handlers, threads
+from tickwork.worker import completions, handlers
 from tickwork.worker.client import Completion, Lease, Outcome
 from tickwork.worker.context import NonRetryableError, RunContext, Snooze
 from tickwork.worker.session import Held, Session
@@ -63,7 +63,7 @@ def start_all(session: Session, leases: Sequence[Lease]) -> None:
             )
         session.signals.leased.signal(lease)
     if plain:
-        _PlainRuns(session, plain).start()
+        _PlainRuns(session, plain)
     session.beat_wakeup.set()
 
 
@@ -87,35 +87,30 @@ class _PlainRuns:
     ends when all have (cancelled by a drain's timeout or ``stop(force=True)``, it fails
     those not finished, as a run's own task does)."""
 
-    __slots__ = ("_batch", "_calls", "_ended", "_left", "_open", "_session")
+    __slots__ = ("_batch", "_ended", "_left", "_open", "_session")
 
     def __init__(self, session: Session, items: list[tuple[Held, handlers.Calling]]) -> None:
+        """Start the handlers of ``items`` in the threads, and the task for them all."""
         self._session = session
         self._open: list[Held | None] = [held for held, _ in items]
         self._left = len(items)
         self._ended: asyncio.Future[None] = session.loop.create_future()
-        # Each call with the context variables of the lease loop, as one run's task has.
-        self._calls = [
-            functools.partial(contextvars.copy_context().run, _perform_plain, calling, held.context)
-            for held, calling in items
-        ]
-        self._batch: threads.Batch | None = None
-
-    def start(self) -> None:
-        session = self._session
         session.running += self._left
         task = session.loop.create_task(self._wait(), name="tickwork-runs")
         session.tasks.add(task)
-        task.add_done_callback(lambda task: session.tasks.discard(task))
-        calls, self._calls = self._calls, []
+        task.add_done_callback(session.tasks.discard)
+        # Each call with the context variables of the lease loop, as one run's task has.
+        calls = [
+            functools.partial(contextvars.copy_context().run, _perform_plain, calling, held.context)
+            for held, calling in items
+        ]
         self._batch = session.threads.run_batch(calls, self._done)
 
     async def _wait(self) -> None:
         try:
             await self._ended
         except asyncio.CancelledError:
-            if self._batch is not None:
-                self._batch.cancel()  # not started: they never will be
+            self._batch.cancel()  # not started: they never will be
             for index, held in enumerate(self._open):
                 if held is not None:
                     failed = failure(held.context, "worker stopped before the handler finished")
