@@ -109,6 +109,26 @@ async def test_a_keyed_rate_limit_counts_each_key_apart(
         assert len(later) == 4
 
 
+async def test_a_claim_with_an_older_now_still_counts_its_whole_window(
+    database: Database, clock: FrozenClock
+) -> None:
+    """Two dispatchers' readings of now arrive out of order: a claim at T+1.2 s must not
+    drop the leases of T that a claim at T+0.9 s (its window T-0.1..T+0.9) still holds."""
+    jobs = Jobs(database, clock)
+    await _put(jobs, "mail", {"rateLimit": {"limit": 10, "periodSeconds": 1}})
+    shard = jobs.shard_of("acme", "mail")
+    start = clock.now()
+    async with database.connection(shard) as conn:
+        await _fill(jobs, "mail", [{"n": n} for n in range(10)])
+        assert len(await leases.claim(conn, shard, [QUEUE], 100, "w", 60, start)) == 10
+        await _fill(jobs, "mail", [{"n": 10}])
+        later = start + timedelta(seconds=1.2)
+        assert len(await leases.claim(conn, shard, [QUEUE], 100, "w", 60, later)) == 1
+        await _fill(jobs, "mail", [{"n": n} for n in range(11, 21)])
+        older = start + timedelta(seconds=0.9)
+        assert await leases.claim(conn, shard, [QUEUE], 100, "w", 60, older) == []
+
+
 async def _same_shard_names(jobs: Jobs, count: int) -> list[str]:
     by_shard: dict[int, list[str]] = {}
     for name in (f"job-{n}" for n in itertools.count()):

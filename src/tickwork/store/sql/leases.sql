@@ -447,10 +447,13 @@ WITH RECURSIVE heads AS (
     ORDER BY tenant, rate_key
     ON CONFLICT (tenant, key, slot) DO UPDATE SET leased = rate_windows.leased + excluded.leased
 ), expired AS (
+    -- Kept a period longer than the window needs: a claim whose now is older than one
+    -- already made (another dispatcher's clock, a reading taken before a lock) still
+    -- counts the slots its own window holds.
     DELETE FROM rate_windows AS w
     USING windows, clock
     WHERE w.tenant = windows.tenant AND w.key = windows.rate_key
-      AND w.slot <= clock.now - make_interval(secs => windows.period)
+      AND w.slot <= clock.now - make_interval(secs => 2 * windows.period)
 )
 -- Always one row at least (the leased columns NULL when nothing was leased): `heads` is
 -- 1 when claim_one_head would have served this claim (one head, no limited run), more

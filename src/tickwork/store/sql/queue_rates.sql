@@ -32,10 +32,12 @@ WITH clock AS (
     SELECT '', $1, take.slot, take.n FROM take WHERE take.n > 0
     ON CONFLICT (tenant, key, slot) DO UPDATE SET leased = rate_windows.leased + excluded.leased
 ), expired AS (
+    -- Kept a period longer than the window needs, as claim_limited does: a take whose
+    -- now is older than one already made still counts its own window's slots.
     DELETE FROM rate_windows AS w
     USING clock
     WHERE w.tenant = '' AND w.key = $1
-      AND w.slot <= clock.now - make_interval(secs => $3::double precision)
+      AND w.slot <= clock.now - make_interval(secs => 2 * $3::double precision)
 )
 SELECT take.n AS granted, take.slot, $4::integer - take.n AS held_back FROM take
 
