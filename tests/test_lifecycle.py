@@ -658,13 +658,13 @@ async def test_cancel_an_unknown_run_is_not_found(jobs: Jobs) -> None:
 async def jobs_replay(jobs: Jobs, database: Database, run_id: str, actor: str = ACTOR) -> Run:
     shard, local = shards.parse_run_id(run_id, database.shard_count)
     async with database.connection(shard) as conn:
-        return await dlq.replay(conn, shard, local, actor, jobs.clock.now())
+        return await dlq.act(conn, shard, local, "replay", actor, jobs.clock.now())
 
 
 async def jobs_discard(jobs: Jobs, database: Database, run_id: str, actor: str = ACTOR) -> Run:
     shard, local = shards.parse_run_id(run_id, database.shard_count)
     async with database.connection(shard) as conn:
-        return await dlq.discard(conn, shard, local, actor, jobs.clock.now())
+        return await dlq.act(conn, shard, local, "discard", actor, jobs.clock.now())
 
 
 async def dead_run(jobs: Jobs, dispatcher: Dispatcher, **request: Any) -> tuple[Run, Lease]:

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from conftest import ADMIN_TOKEN, scratch_database
 from conftest import test_tokens as make_tokens
+from polling import eventually
 
 from tickwork.api.app import create_app
 from tickwork.api.server import HttpServer
@@ -47,6 +48,10 @@ from tickwork.store.database import Database
 
 TENANT = "acme"
 ACTOR = "test"
+LEFT_IN_A_TRANSACTION = """
+SELECT count(*) = 0 FROM pg_stat_activity
+WHERE application_name = $1 AND state LIKE 'idle in transaction%'
+"""
 OLD, NEW = 4, 8
 
 # Attempts by run and the audit log by job: the history that moves with a job.
@@ -337,6 +342,18 @@ async def test_an_interrupted_reshard_is_finished_by_running_it_again(
         await task
 
     # Looked at through connections of its own: the roles' pools refuse these shards.
+    watcher = await store_database.connect(after[0])
+    try:
+        # Cut short, its sessions end with it: none is left in a transaction holding
+        # the job's locks for the run below to wait on (a cancelled statement's rollback
+        # used to wait for a cancel request the server never answered, for a minute).
+        await eventually(
+            lambda: watcher.fetchval(LEFT_IN_A_TRANSACTION, reshard.APPLICATION_NAME),
+            within=10,
+            what="the interrupted reshard's sessions ending",
+        )
+    finally:
+        await watcher.close()
     copies = 0
     for number in range(NEW):
         conn = await store_database.connect(after[number])

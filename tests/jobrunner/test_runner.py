@@ -13,9 +13,12 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import orjson
 import pytest
+from polling import eventually
 
+from tickwork.cli import jobrunner as jobrunner_cli
 from tickwork.core import containers
 from tickwork.core.records import Run, State
 from tickwork.jobrunner import manifest
@@ -416,3 +419,29 @@ async def test_a_job_kubernetes_refuses_fails_the_run_for_good(
         # A second run goes through (the name is valid).
         again = await cluster.enqueue(long)
         await cluster.controller.created(containers.job_name(long, again, 1))
+
+
+async def test_the_health_port_answers_with_the_runners_state(
+    cluster: Cluster, runner_for: RunnerFactory
+) -> None:
+    async with runner_for() as runner:
+        server = jobrunner_cli.health_server(runner, "127.0.0.1", 0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url) as http:
+                await eventually(lambda: runner.leasing, within=WAIT, what="a lease call")
+                ready = await http.get("/readyz")
+                alive = await http.get("/healthz")
+                scraped = await http.get("/metrics")
+        finally:
+            await server.stop()
+    assert alive.status_code == 200
+    assert ready.status_code == 200
+    assert ready.json() == {
+        "status": "ready",
+        "jobsSynced": True,
+        "scheduledJobsSynced": True,
+        "leasing": True,
+        "held": 0,
+    }
+    assert "tickwork_job_runner_ready" in scraped.text

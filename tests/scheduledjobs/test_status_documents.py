@@ -42,7 +42,7 @@ def test_the_ready_condition_moves_its_transition_time_only_when_it_flips() -> N
     assert paused["conditions"][0]["reason"] == "Paused"
     assert paused["conditions"][0]["lastTransitionTime"] == "2026-03-15T01:00:00Z"
     assert paused["nextRunTime"] is None  # removed by the merge patch
-    broken = status.not_ready(paused, status.Reason.invalid_spec, "spec.x: no", 3, later)
+    broken = status.with_ready(paused, status.Reason.invalid_spec, "spec.x: no", 3, later)
     assert broken["conditions"][0]["status"] == "False"
     assert broken["conditions"][0]["lastTransitionTime"] == "2026-03-15T01:05:00Z"
     assert set(broken) == {"conditions"}  # what the store holds is left as it is

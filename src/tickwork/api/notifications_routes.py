@@ -19,6 +19,7 @@ from tickwork.api import access, bodies, responses
 from tickwork.api.access import Operation
 from tickwork.api.models import NAME_SCHEMA, Model
 from tickwork.api.parameters import ERRORS, Caller, Svc, TenantParam
+from tickwork.api.render import wire
 from tickwork.core.errors import InvalidRequest, NotFound
 from tickwork.core.spec import check_name
 from tickwork.engine.notifications import Target
@@ -124,15 +125,8 @@ class TargetPage(Model):
 
 
 def render(target: Target) -> dict[str, Any]:
-    return {
-        "name": target.name,
-        "url": target.url,
-        "format": target.format,
-        "secretRef": target.secret_ref,
-        "default": target.default,
-        "updatedAt": target.updated_at,
-        "updatedBy": target.actor,
-    }
+    fields = ("name", "url", "format", "secret_ref", "default", "updated_at")
+    return wire(target, *fields, updatedBy="actor")
 
 
 def _checked(name: str) -> str:

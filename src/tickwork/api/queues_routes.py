@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from starlette.responses import Response
 
-from tickwork.api import access, models, parameters, responses
+from tickwork.api import access, models, parameters, render, responses
 from tickwork.api.access import Operation
 from tickwork.api.auth import Principal
 from tickwork.api.parameters import Caller, Svc, TenantParam
@@ -37,13 +37,7 @@ _errors = parameters.problems({400: "invalid-request", 401: "unauthenticated", 4
 
 
 def render_queue(state: QueueState) -> dict[str, Any]:
-    return {
-        "queue": state.queue,
-        "jobs": state.jobs,
-        "paused": state.paused,
-        "pausedAt": state.paused_at,
-        "pausedBy": state.paused_by,
-    }
+    return render.wire(state, "queue", "jobs", "paused", "paused_at", "paused_by")
 
 
 @router.get(

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Final
 
 import orjson
+from pydantic.alias_generators import to_camel
 
 from tickwork.core import records, shards
 from tickwork.core.errors import TickworkError
@@ -123,15 +124,18 @@ def ready_runs(batch: ReadyRuns) -> bytes:
     return b'{"items":[' + b",".join(documents) + b"]}"
 
 
+def wire(item: object, *names: str, **renamed: str) -> dict[str, Any]:
+    """The attributes ``names`` of ``item`` under the names the models give them on the
+    wire (camelCase, as their alias generator does), and ``renamed``'s wire names from
+    the attributes they name."""
+    document = {to_camel(name): getattr(item, name) for name in names}
+    for wire_name, name in renamed.items():
+        document[wire_name] = getattr(item, name)
+    return document
+
+
 def attempt(item: Attempt) -> dict[str, Any]:
-    return {
-        "attempt": item.attempt,
-        "workerId": item.worker_id,
-        "leasedAt": item.leased_at,
-        "finishedAt": item.finished_at,
-        "outcome": item.outcome,
-        "error": item.error,
-    }
+    return wire(item, "attempt", "worker_id", "leased_at", "finished_at", "outcome", "error")
 
 
 def run_with_attempts(item: Run, attempts: list[Attempt]) -> dict[str, Any]:
@@ -228,11 +232,4 @@ def completed(item: Completed) -> dict[str, Any]:
 
 
 def audit_entry(item: AuditEntry) -> dict[str, Any]:
-    return {
-        "at": item.at,
-        "job": item.job,
-        "runId": item.public_run_id,
-        "action": item.action,
-        "actor": item.actor,
-        "detail": item.detail,
-    }
+    return wire(item, "at", "job", "action", "actor", "detail", runId="public_run_id")

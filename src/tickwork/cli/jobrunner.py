@@ -8,8 +8,10 @@ from typing import Any
 import click
 
 from tickwork.cli import options, runtime
+from tickwork.coordination.health import HealthServer
 from tickwork.core import pod
-from tickwork.jobrunner.health import HealthServer
+from tickwork.jobrunner import health as runner_health
+from tickwork.jobrunner import metrics as runner_metrics
 from tickwork.jobrunner.kube import Kube, KubeError
 from tickwork.jobrunner.runner import JobRunner
 from tickwork.jobrunner.settings import JobRunnerSettings
@@ -51,7 +53,7 @@ def job_runner(**given: Any) -> None:
             try:
                 runner = JobRunner(client, kube, settings)
                 if settings.health_port is not None:
-                    health = HealthServer(runner, settings.health_bind, settings.health_port)
+                    health = health_server(runner, settings.health_bind, settings.health_port)
                     try:
                         await health.start()
                     except OSError as error:
@@ -88,3 +90,14 @@ def _token(settings: JobRunnerSettings) -> Token:
     if not settings.token:
         raise click.UsageError("no token: set TICKWORK_TOKEN or give --token-file")
     return settings.token
+
+
+def health_server(runner: JobRunner, host: str, port: int) -> HealthServer:
+    """The runner's health port: every role's server, with the runner's answers."""
+    return HealthServer(
+        lambda: runner_health.readiness(runner),
+        host,
+        port,
+        metrics=runner.metrics.render,
+        metrics_content_type=runner_metrics.CONTENT_TYPE,
+    )

@@ -314,14 +314,7 @@ class Coordinator:
 
     def _lose(self, shard: int, reason: LossReason) -> None:
         held = self._held.pop(shard)
-        logger.warning(
-            "shard %d lost (%s)",
-            shard,
-            reason,
-            extra={"action": "shard-lost", "shard": shard, "identity": self.identity},
-        )
-        self.test_signals.lost.signal((shard, reason))
-        self._emit(Lost(shard, held.term, reason))
+        self._gone(Lost(shard, held.term, reason))
 
     def _shed_extras(self) -> None:
         keeping = [s for s, held in self._held.items() if not held.shedding]
@@ -351,14 +344,24 @@ class Coordinator:
                 # It expires on its own; the next owner waits out the lease.
                 self._failed("release", shard, error)
             self._held.pop(shard, None)
-        logger.info(
-            "shard %d released (%s)",
-            shard,
-            reason,
-            extra={"action": "shard-released", "shard": shard, "identity": self.identity},
+        self._gone(Released(shard, held.term, reason))
+
+    def _gone(self, event: Lost | Released) -> None:
+        """A shard no longer held: logged (a loss as a warning), told to the tests and
+        emitted to the writer."""
+        lost = isinstance(event, Lost)
+        verb = "lost" if lost else "released"
+        logger.log(
+            logging.WARNING if lost else logging.INFO,
+            "shard %d %s (%s)",
+            event.shard,
+            verb,
+            event.reason,
+            extra={"action": f"shard-{verb}", "shard": event.shard, "identity": self.identity},
         )
-        self.test_signals.released.signal((shard, reason))
-        self._emit(Released(shard, held.term, reason))
+        signal = self.test_signals.lost if lost else self.test_signals.released
+        signal.signal((event.shard, event.reason))
+        self._emit(event)
 
     def _failed(self, operation: str, shard: int | None, error: Exception) -> None:
         outage = isinstance(error, TimeoutError | OSError) or _is_outage(error)

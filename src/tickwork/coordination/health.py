@@ -10,6 +10,7 @@ state and of the links it needs; this server only carries the answers.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeAlias
 
 from aiohttp import web
@@ -19,23 +20,16 @@ Readiness: TypeAlias = tuple[bool, dict[str, Any]]
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+@dataclass(eq=False)
 class HealthServer:
-    def __init__(
-        self,
-        ready: Callable[[], Awaitable[Readiness]],
-        host: str,
-        port: int,
-        *,
-        metrics: Callable[[], bytes] | None = None,
-        metrics_content_type: str = METRICS_CONTENT_TYPE,
-    ) -> None:
-        self.ready = ready
-        self.host = host
-        self.port = port
-        self.metrics = metrics
-        self.metrics_content_type = metrics_content_type
-        self.url = ""
-        self._runner: web.AppRunner | None = None
+    ready: Callable[[], Awaitable[Readiness]]
+    host: str
+    port: int
+    _: KW_ONLY
+    metrics: Callable[[], bytes] | None = None
+    metrics_content_type: str = METRICS_CONTENT_TYPE
+    url: str = field(default="", init=False)
+    _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
 
     async def start(self) -> str:
         """Listen (``port`` 0: any free port); the URL to reach it from this host."""

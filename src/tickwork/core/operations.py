@@ -195,3 +195,20 @@ def _states(state: str | None, action: Action | None, prefix: str) -> tuple[Stat
         allowed = ", ".join(s.value for s in action.states())
         raise InvalidRequest(f"{action.value} acts on runs that are {allowed}", field=field)
     return (found,)
+
+
+@dataclass(frozen=True, slots=True)
+class OperationFields:
+    """What an operation is: in one shard (its row there) or summed over its shards."""
+
+    id: str
+    tenant: str
+    action: Action
+    filter: Filter
+    state: OperationState
+    total: int
+    processed: int
+    actor: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None

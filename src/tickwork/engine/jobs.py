@@ -705,8 +705,8 @@ class Jobs:
         """Replay a dead run ``scope`` may see (checked in the replay's transaction)."""
         return await self.on_run(
             run_id,
-            lambda conn, shard, local: dlq.replay(
-                conn, shard, local, actor, self.clock.now(), scope
+            lambda conn, shard, local: dlq.act(
+                conn, shard, local, "replay", actor, self.clock.now(), scope
             ),
         )
 
@@ -714,8 +714,8 @@ class Jobs:
         """Discard a dead run ``scope`` may see (checked in the discard's transaction)."""
         return await self.on_run(
             run_id,
-            lambda conn, shard, local: dlq.discard(
-                conn, shard, local, actor, self.clock.now(), scope
+            lambda conn, shard, local: dlq.act(
+                conn, shard, local, "discard", actor, self.clock.now(), scope
             ),
         )
 

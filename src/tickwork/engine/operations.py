@@ -20,7 +20,7 @@ from typing import Final
 
 from tickwork.core.clock import Clock, DatabaseClock
 from tickwork.core.errors import NotFound
-from tickwork.core.operations import Action, Filter, OperationState
+from tickwork.core.operations import Action, Filter, OperationFields, OperationState
 from tickwork.core.records import Run
 from tickwork.engine.cursors import Position
 from tickwork.store import epochs, runs
@@ -35,20 +35,9 @@ AUDIT_ACTIONS: Final = {action: f"bulk-{action.value}" for action in Action}
 
 
 @dataclass(frozen=True, slots=True)
-class Operation:
+class Operation(OperationFields):
     """An operation as a caller sees it: its shards' rows summed."""
 
-    id: str
-    tenant: str
-    action: Action
-    filter: Filter
-    state: OperationState
-    total: int
-    processed: int
-    actor: str
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
     shards: tuple[store.ShardOperation, ...]
 
     @property

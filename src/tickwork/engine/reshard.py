@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -306,8 +306,10 @@ class Resharder:
             raised = await reshard.prepare_target(
                 conn, ids, self.from_count, self.to_count, self._now()
             )
-        finally:
-            await conn.close()
+        except BaseException:
+            _drop(conn)
+            raise
+        await conn.close()
         async with self._connected(source) as src:
             if await reshard.in_progress(src) is None:
                 # A scheduler that did not stop is deposed here: its writes are refused,
@@ -329,24 +331,29 @@ class Resharder:
         source, target = self._pair(number)
         moves = ShardMoves(number, target.number)
         async with self._connected(source) as src, self._connected(target) as dst:
-            # First: the new shard's claims must skip a paused queue from its first run.
-            await reshard.copy_paused_queues(src, dst)
-            # And name a notification's target from its own copy (leases.sql).
-            await notifications.copy_all(src, dst)
-            async for tenant, job in self._jobs(src):
-                moves.jobs_seen += 1
-                if self._moves(tenant, job):
-                    size = await self._move_job(src, dst, number, tenant, job)
-                    self._count(moves, size)
-                if moves.jobs_seen % self.progress_every == 0:
-                    self._progress(moves)
-            for bucket in await reshard.buckets(src):
-                if self._bucket_moves(bucket.tenant):
-                    await reshard.put_bucket(dst, bucket)
-                    await reshard.forget_bucket(src, bucket.tenant)
-                    moves.buckets += 1
+            await _cut_when_cancelled(self._move_rows(src, dst, number, moves), src, dst)
         self._progress(moves, final=True)
         return moves
+
+    async def _move_rows(
+        self, src: Connection, dst: Connection, number: int, moves: ShardMoves
+    ) -> None:
+        # First: the new shard's claims must skip a paused queue from its first run.
+        await reshard.copy_paused_queues(src, dst)
+        # And name a notification's target from its own copy (leases.sql).
+        await notifications.copy_all(src, dst)
+        async for tenant, job in self._jobs(src):
+            moves.jobs_seen += 1
+            if self._moves(tenant, job):
+                size = await self._move_job(src, dst, number, tenant, job)
+                self._count(moves, size)
+            if moves.jobs_seen % self.progress_every == 0:
+                self._progress(moves)
+        for bucket in await reshard.buckets(src):
+            if self._bucket_moves(bucket.tenant):
+                await reshard.put_bucket(dst, bucket)
+                await reshard.forget_bucket(src, bucket.tenant)
+                moves.buckets += 1
 
     async def _move_job(
         self, src: Connection, dst: Connection, number: int, tenant: str, job: str
@@ -427,8 +434,10 @@ class Resharder:
         conn = await self._connect(shard)
         try:
             yield conn
-        finally:
-            await conn.close()
+        except BaseException:
+            _drop(conn)
+            raise
+        await conn.close()
 
     async def _connect(self, shard: Shard) -> asyncpg.Connection:
         try:
@@ -437,3 +446,29 @@ class Resharder:
             raise ReshardError(
                 f"cannot connect to the database of shard {shard.number}: {error}"
             ) from error
+
+
+async def _cut_when_cancelled(work: Awaitable[None], *conns: asyncpg.Connection) -> None:
+    """Await ``work`` on ``conns``; cancelled, cut the connections before the work
+    unwinds, as a crash would. Cancelled in a statement, asyncpg asks the server to
+    cancel it and waits for the answer; a statement that ended just before the request
+    arrived never answers, so the work's rollback would wait, its session idle in a
+    transaction and holding the job's locks, until the server's
+    idle_in_transaction_session_timeout ends it a minute later; a reshard run again
+    at once would wait as long. Cut, the server rolls back at once, and a move may be
+    cut anywhere (``store.reshard.move_job``)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        for conn in conns:
+            _drop(conn)
+        with contextlib.suppress(Exception):
+            await task
+        raise
+
+
+def _drop(conn: asyncpg.Connection) -> None:
+    """Cut a connection whose work was cut short (cancelled, or failed): the server
+    rolls its transaction back now, whatever state the link was left in."""
+    conn.terminate()

@@ -8,27 +8,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from tickwork.core import backoff
 
 
+@dataclass(eq=False, kw_only=True)
 class ShardHealth:
-    def __init__(
-        self,
-        *,
-        base_seconds: float = 0.5,
-        max_seconds: float = 5.0,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.base_seconds = base_seconds
-        self.max_seconds = max_seconds
-        self._monotonic = monotonic
-        self._failures: dict[int, int] = {}
-        self._retry_at: dict[int, float] = {}
+    base_seconds: float = 0.5
+    max_seconds: float = 5.0
+    monotonic: Callable[[], float] = time.monotonic
+    _failures: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    _retry_at: dict[int, float] = field(default_factory=dict, init=False, repr=False)
 
     def skipping(self, shard: int) -> bool:
         """Whether to leave ``shard`` out now (it failed, and its backoff runs)."""
-        return self._retry_at.get(shard, 0.0) > self._monotonic()
+        return self._retry_at.get(shard, 0.0) > self.monotonic()
 
     def suspect(self, shard: int) -> bool:
         """Whether ``shard`` failed and has not succeeded since."""
@@ -39,7 +34,7 @@ class ShardHealth:
         failures = self._failures.get(shard, 0) + 1
         self._failures[shard] = failures
         pause = backoff.ceiling(failures, self.base_seconds, self.max_seconds)
-        self._retry_at[shard] = self._monotonic() + pause
+        self._retry_at[shard] = self.monotonic() + pause
         return pause
 
     def succeeded(self, shard: int) -> None:

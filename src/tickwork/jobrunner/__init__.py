@@ -8,7 +8,8 @@ kubernetes_asyncio; it imports nothing of the server.
 - ``runner``: ``JobRunner``, the lease loop and one task per held run;
 - ``manifest``: the Job of an attempt, and what a Job says of its attempt;
 - ``kube``: JSON calls and watched caches of the Kubernetes API;
-- ``settings``: ``JobRunnerSettings``; ``health``, ``metrics``: its health port.
+- ``settings``: ``JobRunnerSettings``; ``health``, ``metrics``: what its health port
+  (every role's, ``coordination.health``, started by the CLI) answers.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ generated from this model)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -99,27 +100,33 @@ class JobRunnerSettings(Settings):
     @field_validator("queues", mode="before")
     @classmethod
     def _runner_queues(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = (value,)
-        if isinstance(value, list | tuple):
-            if not value:
-                raise ValueError(f"give at least one queue (the default is {containers.QUEUE})")
-            for queue in value:
-                check_queue(str(queue))
-                if not containers.is_runner_queue(str(queue)):
-                    raise ValueError(
-                        f"{queue!r} is a workers' queue: {containers.QUEUE_RULE}, and a "
-                        "job-runner leases only those"
-                    )
+        value = _each(value, _runner_queue)
+        if isinstance(value, list | tuple) and not value:
+            raise ValueError(f"give at least one queue (the default is {containers.QUEUE})")
         return value
 
     @field_validator("namespaces", mode="before")
     @classmethod
     def _tenants(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = (value,)
-        if isinstance(value, list | tuple):
-            for namespace in value:
-                check_tenant(namespace)
-            value = tuple(sorted(set(value)))
-        return value
+        value = _each(value, check_tenant)
+        return tuple(sorted(set(value))) if isinstance(value, list | tuple) else value
+
+
+def _each(value: Any, check: Callable[[str], object]) -> Any:
+    """A name or a list of names (an option given once or many times), each checked;
+    anything else is left for the field's own validation to refuse."""
+    if isinstance(value, str):
+        value = (value,)
+    if isinstance(value, list | tuple):
+        for item in value:
+            check(str(item))
+    return value
+
+
+def _runner_queue(queue: str) -> None:
+    check_queue(queue)
+    if not containers.is_runner_queue(queue):
+        raise ValueError(
+            f"{queue!r} is a workers' queue: {containers.QUEUE_RULE}, and a "
+            "job-runner leases only those"
+        )

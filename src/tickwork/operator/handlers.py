@@ -88,7 +88,7 @@ class Context:
     def invalid(self, body: Mapping[str, Any], patch: kopf.Patch, error: ManifestError) -> None:
         current = body.get("status") or {}
         generation = (body.get("metadata") or {}).get("generation")
-        wanted = status.not_ready(
+        wanted = status.with_ready(
             current, status.Reason.invalid_spec, error.detail, generation, self.now()
         )
         changes = status.changes(current, wanted)
@@ -104,7 +104,7 @@ class Context:
         current = body.get("status") or {}
         generation = (body.get("metadata") or {}).get("generation")
         message = f"the job store cannot be reached, retrying: {outages.describe(error)}"
-        wanted = status.not_ready(
+        wanted = status.with_ready(
             current, status.Reason.store_unavailable, message, generation, self.now()
         )
         patch.status.update(status.changes(current, wanted))

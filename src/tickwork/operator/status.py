@@ -51,14 +51,16 @@ def timestamp(instant: datetime | None) -> str | None:
     return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def ready_condition(
+def with_ready(
     current: Mapping[str, Any] | None,
     reason: Reason,
     message: str,
     generation: int | None,
     now: datetime,
 ) -> dict[str, Any]:
-    """The Ready condition (``metav1.Condition``); ``lastTransitionTime`` moves only when
+    """The status change that sets the Ready condition (``metav1.Condition``) for
+    ``generation``; the rest of the status (what the store last held, for the generation
+    in ``observedGeneration``) is left as it is. ``lastTransitionTime`` moves only when
     the status flips, as the API conventions ask."""
     status = "True" if reason.ready else "False"
     previous = None
@@ -77,7 +79,7 @@ def ready_condition(
     }
     if generation is not None:
         condition["observedGeneration"] = generation
-    return condition
+    return {"conditions": with_condition(current, condition)}
 
 
 def with_condition(current: Mapping[str, Any] | None, condition: dict[str, Any]) -> list[Any]:
@@ -144,8 +146,8 @@ def paused_conditions(
     reason, message = _stored_reason(status)
     if held.get("reason") == reason.value and held.get("message") == message:
         return None
-    condition = ready_condition(current, reason, message, held.get("observedGeneration"), now)
-    return with_condition(current, condition)
+    changed = with_ready(current, reason, message, held.get("observedGeneration"), now)
+    return list(changed["conditions"])
 
 
 def stored(
@@ -157,26 +159,12 @@ def stored(
     """The whole status of an object whose spec is stored: Ready, the generation and
     shard it is stored at, and what its runs say."""
     reason, message = _stored_reason(status)
-    condition = ready_condition(current, reason, message, generation, now)
     return {
-        "conditions": with_condition(current, condition),
+        **with_ready(current, reason, message, generation, now),
         "observedGeneration": generation,
         "shard": status.shard,
         **run_fields(status),
     }
-
-
-def not_ready(
-    current: Mapping[str, Any] | None,
-    reason: Reason,
-    message: str,
-    generation: int | None,
-    now: datetime,
-) -> dict[str, Any]:
-    """Ready=False for ``generation``; the rest of the status (what the store last
-    held, for the generation in ``observedGeneration``) is left as it is."""
-    condition = ready_condition(current, reason, message, generation, now)
-    return {"conditions": with_condition(current, condition)}
 
 
 def changes(current: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import TracebackType
 from typing import ClassVar, Final, TypeAlias
 
 import asyncpg
@@ -165,12 +164,7 @@ class Database:
         await self.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_: object) -> None:
         await self.close()
 
     @property

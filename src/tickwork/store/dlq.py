@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from tickwork.core import shards
 from tickwork.core.errors import InvalidState, NotFound
@@ -33,47 +34,38 @@ async def list_dead(
     return [Run.from_record(shard, row) for row in rows]
 
 
-async def replay(
+Verb = Literal["replay", "discard"]
+
+
+async def act(
     conn: Connection,
     shard: int,
     run_id: int,
+    verb: Verb,
     actor: str,
     now: datetime | None = None,
     scope: Scope = UNRESTRICTED,
 ) -> Run:
-    """dead → ready with a fresh attempt budget (a run ``scope`` may see)."""
+    """``replay``: dead → ready with a fresh attempt budget; ``discard``: dead →
+    discarded (terminal). Only a run ``scope`` may see, and audited as ``verb``."""
     async with conn.transaction():
         await runs.require_visible(conn, shard, run_id, scope)
-        row = await conn.fetchrow(SQL.replay_dead, run_id, now)
+        statement = SQL.replay_dead if verb == "replay" else SQL.discard_dead
+        row = await conn.fetchrow(statement, run_id, now)
         if row is None:
-            # The endpoint is idempotent: the same call again (a client that lost the
-            # first answer) gets the run it revived, as it is now.
-            if await conn.fetchval(SQL.was_replayed, run_id):
-                return await runs.get(conn, shard, run_id, scope)
-            raise await _refusal(conn, shard, run_id, "replay")
-        await runs.audit(conn, row["tenant"], row["job"], run_id, "replay", actor, None, now)
-        await runs.notify_ready(conn, [row["queue"]])
-    return Run.from_record(shard, row)
-
-
-async def discard(
-    conn: Connection,
-    shard: int,
-    run_id: int,
-    actor: str,
-    now: datetime | None = None,
-    scope: Scope = UNRESTRICTED,
-) -> Run:
-    """dead → discarded (terminal; a run ``scope`` may see)."""
-    async with conn.transaction():
-        await runs.require_visible(conn, shard, run_id, scope)
-        row = await conn.fetchrow(SQL.discard_dead, run_id, now)
-        if row is None:
-            found = await runs.get(conn, shard, run_id, scope)
-            if found.state is State.discarded:
-                return found  # discarded already: the same answer again
-            raise await _refusal(conn, shard, run_id, "discard")
-        await runs.audit(conn, row["tenant"], row["job"], run_id, "discard", actor, None, now)
+            # Both are idempotent: the same call again (a client that lost the first
+            # answer) gets the run it acted on, as it is now.
+            if verb == "replay":
+                if await conn.fetchval(SQL.was_replayed, run_id):
+                    return await runs.get(conn, shard, run_id, scope)
+            else:
+                found = await runs.get(conn, shard, run_id, scope)
+                if found.state is State.discarded:
+                    return found
+            raise await _refusal(conn, shard, run_id, verb)
+        await runs.audit(conn, row["tenant"], row["job"], run_id, verb, actor, None, now)
+        if verb == "replay":
+            await runs.notify_ready(conn, [row["queue"]])
     return Run.from_record(shard, row)
 
 

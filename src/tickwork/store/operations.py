@@ -19,7 +19,7 @@ from typing import Final
 
 import orjson
 
-from tickwork.core.operations import Action, Filter, OperationState
+from tickwork.core.operations import Action, Filter, OperationFields, OperationState
 from tickwork.core.records import Row, Run, State
 from tickwork.store import clock, epochs, queries, runs
 from tickwork.store.database import Connection
@@ -47,21 +47,10 @@ DEFAULT_BATCH: Final = 500
 
 
 @dataclass(frozen=True, slots=True)
-class ShardOperation:
+class ShardOperation(OperationFields):
     """An operation's row in one shard."""
 
     shard: int
-    id: str
-    tenant: str
-    action: Action
-    filter: Filter
-    state: OperationState
-    total: int
-    processed: int
-    actor: str
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
 
     @classmethod
     def from_record(cls, shard: int, row: Row) -> ShardOperation:

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote
@@ -376,24 +376,19 @@ def retry_after(value: str | None, now: Callable[[], datetime] | None = None) ->
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
+@dataclass(frozen=True, slots=True)
 class _Retries:
     """Which failures are tried again, and after how long."""
 
-    def __init__(
-        self,
-        retries: int,
-        base_seconds: float,
-        max_seconds: float,
-        max_retry_after: float,
-        rng: random.Random | None,
-    ) -> None:
-        if retries < 0:
+    retries: int
+    base_seconds: float
+    max_seconds: float
+    max_retry_after: float
+    rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
             raise ValueError("retries must be 0 or more")
-        self.retries = retries
-        self.base_seconds = base_seconds
-        self.max_seconds = max_seconds
-        self.max_retry_after = max_retry_after
-        self._rng = rng or random.Random()
 
     def delay(self, retry: int, error: ApiError | ApiUnreachable) -> float | None:
         """Seconds to wait before try ``retry`` + 1 after ``error``; None: raise it."""
@@ -408,7 +403,7 @@ class _Retries:
                     return None
                 asked = error.retry_after
         # On top of what the server asked: clients refused together come back spread.
-        jitter = backoff.delay(retry, self.base_seconds, self.max_seconds, self._rng)
+        jitter = backoff.delay(retry, self.base_seconds, self.max_seconds, self.rng)
         return asked + jitter.total_seconds()
 
 
@@ -439,21 +434,26 @@ def _never_sent(error: httpx.TransportError) -> bool:
 # The clients.
 
 
-class _Base:
+_Sleep = TypeVar("_Sleep", Callable[[float], object], Callable[[float], Awaitable[object]])
+_Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
+
+
+class _Base(Generic[_Sleep, _Http]):
     def __init__(
         self,
         url: str,
         token: credentials.Token,
         *,
-        tenant: str | None,
-        timeout: float,
-        connect_timeout: float,
-        retries: int,
-        retry_base_seconds: float,
-        retry_max_seconds: float,
-        max_retry_after: float,
-        rng: random.Random | None,
-        user_agent: str,
+        tenant: str | None = None,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        retries: int = DEFAULT_RETRIES,
+        retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS,
+        retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+        sleep: _Sleep | None = None,
+        rng: random.Random | None = None,
+        user_agent: str = "tickwork-client",
     ) -> None:
         if not url:
             raise ValueError("no API URL")
@@ -462,10 +462,17 @@ class _Base:
         self._token = token
         self._calls = _Calls(tenant)
         self._retries = _Retries(
-            retries, retry_base_seconds, retry_max_seconds, max_retry_after, rng
+            retries, retry_base_seconds, retry_max_seconds, max_retry_after, rng or random.Random()
         )
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self._user_agent = user_agent
+        self._sleep: _Sleep = self._default_sleep() if sleep is None else sleep
+        self._http: _Http | None = None
+        # Threads sharing a blocking client open its one pool once.
+        self._opening = threading.Lock()
+
+    def _default_sleep(self) -> _Sleep:
+        raise NotImplementedError
 
     def _request(self, call: _Call[Any]) -> dict[str, Any]:
         headers = {
@@ -517,7 +524,7 @@ def _environment(
     return url, token
 
 
-class Client(_Base):
+class Client(_Base[Callable[[float], object], httpx.Client]):
     """A blocking client of the API, for a team's application: enqueue runs, read and
     cancel them. One keep-alive connection pool; use as a context manager or call
     ``close()``. Safe to share between threads.
@@ -529,41 +536,12 @@ class Client(_Base):
     calls are retried as the module says: ``retries`` times at most, after a
     full-jitter backoff from ``retry_base_seconds`` doubling to ``retry_max_seconds``,
     and never sooner than a ``Retry-After`` of up to ``max_retry_after`` seconds.
-    ``sleep`` and ``rng`` are how it waits and draws (tests give their own).
+    ``sleep`` (``time.sleep`` by default) and ``rng`` are how it waits and draws
+    (tests give their own).
     """
 
-    def __init__(
-        self,
-        url: str,
-        token: credentials.Token,
-        *,
-        tenant: str | None = None,
-        timeout: float = 30.0,
-        connect_timeout: float = 10.0,
-        retries: int = DEFAULT_RETRIES,
-        retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS,
-        retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS,
-        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
-        sleep: Callable[[float], object] = time.sleep,
-        rng: random.Random | None = None,
-        user_agent: str = "tickwork-client",
-    ) -> None:
-        super().__init__(
-            url,
-            token,
-            tenant=tenant,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            retries=retries,
-            retry_base_seconds=retry_base_seconds,
-            retry_max_seconds=retry_max_seconds,
-            max_retry_after=max_retry_after,
-            rng=rng,
-            user_agent=user_agent,
-        )
-        self._sleep = sleep
-        self._http: httpx.Client | None = None
-        self._opening = threading.Lock()
+    def _default_sleep(self) -> Callable[[float], object]:
+        return time.sleep
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Client:
@@ -691,42 +669,13 @@ class Client(_Base):
             self._sleep(self._delay(call, retry, failure))
 
 
-class AsyncClient(_Base):
+class AsyncClient(_Base[Callable[[float], Awaitable[object]], httpx.AsyncClient]):
     """``Client`` for asyncio: the same calls, awaited (``list_runs`` is an async
     iterator); use as an async context manager or ``await client.close()``. ``sleep``
     is awaited between tries (``asyncio.sleep`` by default)."""
 
-    def __init__(
-        self,
-        url: str,
-        token: credentials.Token,
-        *,
-        tenant: str | None = None,
-        timeout: float = 30.0,
-        connect_timeout: float = 10.0,
-        retries: int = DEFAULT_RETRIES,
-        retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS,
-        retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS,
-        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
-        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-        rng: random.Random | None = None,
-        user_agent: str = "tickwork-client",
-    ) -> None:
-        super().__init__(
-            url,
-            token,
-            tenant=tenant,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            retries=retries,
-            retry_base_seconds=retry_base_seconds,
-            retry_max_seconds=retry_max_seconds,
-            max_retry_after=max_retry_after,
-            rng=rng,
-            user_agent=user_agent,
-        )
-        self._sleep = sleep
-        self._http: httpx.AsyncClient | None = None
+    def _default_sleep(self) -> Callable[[float], Awaitable[object]]:
+        return asyncio.sleep
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> AsyncClient:

@@ -16,6 +16,7 @@ from typing import Final
 from tickwork.core import limits
 from tickwork.core.backoff import Backoff
 from tickwork.worker.client import ApiError, Completed, Completion, Problem, is_transient
+from tickwork.worker.results import report
 from tickwork.worker.session import Held, Session
 
 log: Final = logging.getLogger("tickwork.worker")
@@ -26,7 +27,7 @@ def finish(session: Session, held: Held, completion: Completion | None) -> None:
     context = held.context
     if completion is None or context.lost or session.held.get(context.run_id) is not held:
         session.held.pop(context.run_id, None)
-        session.report(held, completion, dropped=True)
+        report(session.on_result, held.context, completion, dropped=True)
         return
     held.completion = completion
     session.pending.append(held)
@@ -69,7 +70,7 @@ async def complete_loop(session: Session) -> None:
                 problem = error.problem if isinstance(error, ApiError) else None
                 for h in batch:
                     session.held.pop(h.context.run_id, None)
-                    session.report(h, h.completion, problem=problem)
+                    report(session.on_result, h.context, h.completion, problem=problem)
                 continue
             again = [
                 h
@@ -119,7 +120,7 @@ def _settle(session: Session, held: Held, answer: Completed | Problem) -> bool:
                 answer.detail,
                 extra={"action": "complete-refused", "run_id": context.run_id},
             )
-        session.report(held, held.completion, problem=answer)
+        report(session.on_result, held.context, held.completion, problem=answer)
         return True
     log.debug(
         "run %s %s",
@@ -127,7 +128,7 @@ def _settle(session: Session, held: Held, answer: Completed | Problem) -> bool:
         answer.state,
         extra={"action": answer.state, "run_id": context.run_id},
     )
-    session.report(held, held.completion, state=answer.state)
+    report(session.on_result, held.context, held.completion, state=answer.state)
     return True
 
 

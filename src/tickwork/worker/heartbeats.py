@@ -17,6 +17,7 @@ from typing import Final
 from tickwork.core import limits
 from tickwork.core.backoff import Backoff
 from tickwork.worker.client import Beat, Problem, is_transient
+from tickwork.worker.results import report
 from tickwork.worker.session import Held, Session
 
 log: Final = logging.getLogger("tickwork.worker")
@@ -88,7 +89,7 @@ async def _beat(session: Session, held: list[Held], interval: float, backoff: Ba
                 del session.held[context.run_id]
                 if h in session.pending:  # finished, completion not sent yet
                     session.pending.remove(h)
-                    session.report(h, h.completion, dropped=True)
+                    report(session.on_result, h.context, h.completion, dropped=True)
                 session.signals.lease_lost.signal(context.run_id)
             else:
                 log.error(

@@ -22,7 +22,7 @@ from tickwork.core.testsignal import Signals, TestSignal
 from tickwork.worker.client import Completed, Completion, Extended, Lease, Problem, WorkerClient
 from tickwork.worker.context import RunContext
 from tickwork.worker.handlers import Handlers
-from tickwork.worker.results import OnResult, report
+from tickwork.worker.results import OnResult
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.threads import HandlerThreads
 
@@ -58,58 +58,41 @@ class Held:
     completing: bool = False
 
 
+@dataclass(eq=False)
 class Session:
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        handlers: Handlers,
-        client: WorkerClient,
-        loop: asyncio.AbstractEventLoop,
-        threads: HandlerThreads,
-        on_result: OnResult | None,
-        signals: WorkerSignals,
-        rng: random.Random,
-    ) -> None:
-        self.settings = settings
-        self.handlers = handlers
-        self.client = client
-        self.loop = loop
-        self.threads = threads
-        self.on_result = on_result
-        self.signals = signals
-        self.rng = rng
-        self.stopping = asyncio.Event()  # stop leasing, drain
-        self.aborting = asyncio.Event()  # stop now: cancel everything
-        self.slot_freed = asyncio.Event()
-        self.beat_wakeup = asyncio.Event()
-        self.complete_wakeup = asyncio.Event()
-        self.completions_idle = asyncio.Event()
+    """One worker's running state, shared by its leasing, execution, heartbeat and
+    completion loops."""
+
+    settings: WorkerSettings
+    handlers: Handlers
+    client: WorkerClient
+    loop: asyncio.AbstractEventLoop
+    threads: HandlerThreads
+    on_result: OnResult | None
+    signals: WorkerSignals
+    rng: random.Random
+    # stopping: stop leasing, drain; aborting: stop now, cancel everything.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    aborting: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    slot_freed: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    beat_wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    complete_wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    completions_idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    # Tasks running handlers: one per run, or one per leased batch of plain
+    # functions (see execution); ``running`` counts the runs whose handler runs.
+    tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    running: int = field(default=0, init=False)
+    held: dict[str, Held] = field(default_factory=dict, init=False)  # leases held, by run id
+    pending: list[Held] = field(default_factory=list, init=False)  # completions not sent yet
+    lease_call: asyncio.Task[list[Lease]] | None = field(default=None, init=False)
+    stopped_at: float | None = field(default=None, init=False)  # loop time of first stop()
+
+    def __post_init__(self) -> None:
         self.completions_idle.set()
-        # Tasks running handlers: one per run, or one per leased batch of plain
-        # functions (see execution); ``running`` counts the runs whose handler runs.
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.running = 0
-        self.held: dict[str, Held] = {}  # every run whose lease is held, by run id
-        self.pending: list[Held] = []  # finished runs whose completion is not sent yet
-        self.lease_call: asyncio.Task[list[Lease]] | None = None
-        self.stopped_at: float | None = None  # loop time of the first stop()
 
     @property
     def free_slots(self) -> int:
         return self.settings.concurrency - self.running
-
-    def report(
-        self,
-        held: Held,
-        completion: Completion | None,
-        *,
-        dropped: bool = False,
-        state: str | None = None,
-        problem: Problem | None = None,
-    ) -> None:
-        report(
-            self.on_result, held.context, completion, dropped=dropped, state=state, problem=problem
-        )
 
     def retry_delay(self, backoff: Backoff, call: str, reason: object) -> float:
         """The backoff before repeating a failed ``call`` (or some of its items), logged."""
