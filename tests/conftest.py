@@ -40,11 +40,13 @@ TEMPLATE = "tickwork_template" + os.environ.get("PYTEST_XDIST_WORKER", "")
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     # A throwaway server: durability buys nothing here, and every test clones and drops
-    # a database. The fault tests that crash PostgreSQL run their own server.
+    # a database. Its WAL is kept small, as its files may be in memory (pg_server). The
+    # fault tests that crash PostgreSQL run their own server.
     with server(
         "tickwork-test-pg-",
         "ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET synchronous_commit = off; "
-        "ALTER SYSTEM SET full_page_writes = off; SELECT pg_reload_conf();",
+        "ALTER SYSTEM SET full_page_writes = off; ALTER SYSTEM SET max_wal_size = '512MB'; "
+        "SELECT pg_reload_conf();",
     ) as url:
         yield url
 
