@@ -31,13 +31,12 @@ MEMORY_NEEDED = 4 << 30
 
 
 def _scratch_folder(prefix: str) -> str:
-    memory = MEMORY_FOLDER
     if (
-        memory.is_dir()
-        and os.access(memory, os.W_OK)
-        and shutil.disk_usage(memory).free >= MEMORY_NEEDED
+        MEMORY_FOLDER.is_dir()
+        and os.access(MEMORY_FOLDER, os.W_OK)
+        and shutil.disk_usage(MEMORY_FOLDER).free >= MEMORY_NEEDED
     ):
-        return tempfile.mkdtemp(prefix=prefix, dir=memory)
+        return tempfile.mkdtemp(prefix=prefix, dir=MEMORY_FOLDER)
     return tempfile.mkdtemp(prefix=prefix)
 
 

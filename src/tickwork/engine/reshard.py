@@ -307,7 +307,7 @@ class Resharder:
                 conn, ids, self.from_count, self.to_count, self._now()
             )
         except BaseException:
-            _drop(conn)
+            conn.terminate()  # the server rolls back now, whatever the link's state
             raise
         await conn.close()
         async with self._connected(source) as src:
@@ -435,7 +435,7 @@ class Resharder:
         try:
             yield conn
         except BaseException:
-            _drop(conn)
+            conn.terminate()  # the server rolls back now, whatever the link's state
             raise
         await conn.close()
 
@@ -462,13 +462,7 @@ async def _cut_when_cancelled(work: Awaitable[None], *conns: asyncpg.Connection)
         await asyncio.shield(task)
     except asyncio.CancelledError:
         for conn in conns:
-            _drop(conn)
+            conn.terminate()
         with contextlib.suppress(Exception):
             await task
         raise
-
-
-def _drop(conn: asyncpg.Connection) -> None:
-    """Cut a connection whose work was cut short (cancelled, or failed): the server
-    rolls its transaction back now, whatever state the link was left in."""
-    conn.terminate()

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote
@@ -384,7 +384,7 @@ class _Retries:
     base_seconds: float
     max_seconds: float
     max_retry_after: float
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random
 
     def __post_init__(self) -> None:
         if self.retries < 0:
