@@ -38,6 +38,7 @@ MODULES: tuple[str, ...] = (
     "bench.dashboard",
     "bench.status_feed",
     "bench.bulk",
+    "bench.floor",
     "bench.faults",
 )
 RESULTS = Path(__file__).resolve().parent.parent / "bench-results.json"

@@ -50,6 +50,10 @@ from tickwork.worker import RunContext, RunResult, Worker
 SHARDS = 4
 QUEUE = "bench"
 FLOOD = 100_000
+# Lags below this are the dispatcher's own pace (a long-poll answer, a claim), not a
+# tenant waiting behind another: the fairness ratio reads both lags as at least this,
+# or a p99 of 4 ms against one of 3 ms would read as a 33 % loss of fairness.
+FAIRNESS_LAG_FLOOR_S: Final = 0.05
 # Ready runs preloaded for (c), per second measured, by concurrency (250 000 and 20 000
 # at the default 4 s): sized so that the workers do not run out of work; the table's
 # runs/s (make bench) is the rate to compare with.
@@ -687,6 +691,13 @@ def fairness(
     return calm, flooded
 
 
+def fairness_ratio(calm: list[float], flooded: list[float]) -> float:
+    """B's p99 start lag under A's flood over its p99 without, each read as at least
+    ``FAIRNESS_LAG_FLOOR_S``."""
+    floor = FAIRNESS_LAG_FLOOR_S
+    return round(max(percentile(flooded, 0.99), floor) / max(percentile(calm, 0.99), floor), 2)
+
+
 def _throughput_table(throughput: list[Row]) -> Table:
     return Table(
         "(c) lease + complete through HTTP, worker SDK processes, no-op handler (4 shards)",
@@ -825,9 +836,7 @@ def http_case(context: Context) -> list[Table]:
         calm, flooded = fairness(url, shard_map, seconds * 2, settle=not context.smoke)
         figures["fairness_b_p99_lag_no_flood_s"] = round(percentile(calm, 0.99), 3)
         figures["fairness_b_p99_lag_s"] = round(percentile(flooded, 0.99), 3)
-        figures["fairness_b_vs_no_flood"] = round(
-            percentile(flooded, 0.99) / max(percentile(calm, 0.99), 1e-3), 2
-        )
+        figures["fairness_b_vs_no_flood"] = fairness_ratio(calm, flooded)
     return [
         _throughput_table(throughput),
         Table(
@@ -857,6 +866,11 @@ def http_case(context: Context) -> list[Table]:
                     "p50 s": round(percentile(flooded, 0.5), 3),
                     "p99 s": round(percentile(flooded, 0.99), 3),
                 },
+            ],
+            notes=[
+                "the ratio in the summary reads each p99 as at least "
+                f"{FAIRNESS_LAG_FLOOR_S * 1000:.0f} ms: below that a lag is the "
+                "dispatcher's pace, not a wait behind A"
             ],
         ),
     ]
