@@ -39,7 +39,7 @@ from typing import Final
 import asyncpg
 
 from bench import Context, Table, ceiling, format_table, harness, register
-from bench.explain import FILL_FINISHED, FILL_READY
+from bench.explain import FILL_FINISHED
 from tickwork.core.shards import ShardMap
 from tickwork.store import database, leases, migrate
 
@@ -48,6 +48,17 @@ BATCH: Final = 100
 QUEUE: Final = "default"
 READY: Final = 100_000
 FINISHED: Final = 100_000
+JOBS: Final = 50
+
+# Ready runs of one tenant and one priority, spread over $2 jobs.
+FILL_READY: Final = """
+INSERT INTO live_runs (tenant, job, queue, priority, state, origin, max_attempts,
+                       retry_base, retry_max, timeout_seconds, due_at, ready_at,
+                       created_at, updated_at)
+SELECT 'tenant-0', 'job-' || (i % $2), 'default', 1, 'ready', 'api', 3, 30, 1800, 3600,
+       now(), now() - make_interval(secs => $1 - i), now(), now()
+FROM generate_series(1, $1) AS i
+"""
 
 # Copies of the hot tables with only what claim and complete read and write; the
 # claimable, waiting-by-job and leased-by-job indexes of live_runs, and the history's
@@ -237,10 +248,10 @@ def _cpu_seconds(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-async def _fill(conn: asyncpg.Connection, ready: int, finished: int) -> None:
+async def _fill(conn: asyncpg.Connection, ready: int, finished: int, jobs: int) -> None:
     await conn.execute("TRUNCATE live_runs, finished_runs, attempts, changed_jobs, run_keys")
     await conn.execute(FILL_FINISHED["live_runs"], finished)
-    await conn.execute(FILL_READY["live_runs"], ready, 1, 1)
+    await conn.execute(FILL_READY, ready, jobs)
     await conn.execute(ceiling.SETUP)
     await conn.execute(ceiling.FILL, ready)
     await conn.execute(NARROW_SETUP)
@@ -268,7 +279,13 @@ async def _run(conn: asyncpg.Connection, variant: Variant, batches: int) -> tupl
 
 
 async def measure(
-    url: str, rounds: int, batches: int, ready: int = READY, finished: int = FINISHED
+    url: str,
+    rounds: int,
+    batches: int,
+    *,
+    ready: int = READY,
+    finished: int = FINISHED,
+    jobs: int = JOBS,
 ) -> Table:
     shard_map = ShardMap.from_dsns([url], 1)
     await migrate.migrate_all(shard_map.shards)
@@ -282,7 +299,7 @@ async def measure(
     try:
         for round_ in range(rounds):
             for variant in chosen:
-                await _fill(admin, ready, finished)
+                await _fill(admin, ready, finished, jobs)
                 conn = plain if variant.plain else claims
                 figures.setdefault(variant.name, []).append(await _run(conn, variant, batches))
             print(f"round {round_ + 1} of {rounds} done", file=sys.stderr, flush=True)
@@ -306,7 +323,7 @@ async def measure(
         )
     return Table(
         f"CPU of the backend per row, claim + complete, batch {BATCH}: {ready:,} ready runs "
-        f"of one tenant, {finished:,} finished, medians of {rounds} rounds of "
+        f"of one tenant's {jobs} jobs, {finished:,} finished, medians of {rounds} rounds of "
         f"{batches * BATCH:,} rows",
         rows,
         notes=[
@@ -331,12 +348,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.floor")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every variant")
     parser.add_argument("--batches", type=int, default=400, help="batches of 100 a round")
+    parser.add_argument(
+        "--jobs", type=int, default=JOBS, help="jobs the ready runs belong to (the marks per batch)"
+    )
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not _measurable():
         print("bench.floor reads /proc/<pid>/schedstat: Linux only", file=sys.stderr)
         return 2
     with harness.server() as url, harness.database(url, DATABASE) as database_url:
-        print(format_table(asyncio.run(measure(database_url, options.rounds, options.batches))))
+        table = asyncio.run(
+            measure(database_url, options.rounds, options.batches, jobs=options.jobs)
+        )
+        print(format_table(table))
     return 0
 
 
