@@ -11,13 +11,14 @@ the other backends). Then it takes tickwork's statements apart, one cost at a ti
 - ``without job marks``: the claim and the completion without their ``changed_jobs``
   inserts (what the operator's status pass drains);
 - ``one plain statement each``: a claim without the fairness stages (one ``SKIP
-  LOCKED`` pick and the update) and the completion reduced to its move, no marks;
+  LOCKED`` pick and the update, answering the columns the narrow claim answers) and
+  the completion reduced to its move, no marks;
 - ``narrow rows``: those two on copies of ``live_runs`` and ``finished_runs`` holding
   only the columns claim and complete touch, with the indexes the claim and the move
   write to;
 - ``narrow, no lease index``: that, without the index of leased runs by job;
-- ``narrow, no history index``: that, with a history table without indexes or
-  partitions.
+- ``narrow, no lease nor history index``: that, with a history table without
+  indexes or partitions.
 
 Each variant starts from the same fill (freshly vacuumed); the figures are medians over
 ``--rounds`` rounds, so that the noise of a shared machine shows as their spread
@@ -49,6 +50,8 @@ QUEUE: Final = "default"
 READY: Final = 100_000
 FINISHED: Final = 100_000
 JOBS: Final = 50
+ROUNDS: Final = 3
+BATCHES: Final = 400
 
 # Ready runs of one tenant and one priority, spread over $2 jobs.
 FILL_READY: Final = """
@@ -61,7 +64,7 @@ FROM generate_series(1, $1) AS i
 """
 
 # Copies of the hot tables with only what claim and complete read and write; the
-# claimable, waiting-by-job and leased-by-job indexes of live_runs, and the history's
+# claimable, not-leased-by-job and leased-by-job indexes of live_runs, and the history's
 # two (by job, by id) on a table partitioned like finished_runs.
 NARROW_SETUP: Final = """
 DROP TABLE IF EXISTS floor_live, floor_live_bare, floor_finished, floor_finished_bare;
@@ -175,10 +178,13 @@ def _tickwork_claim(sql: str) -> Claim:
     return claim
 
 
+def _leases(rows: Rows) -> tuple[list[int], list[int]]:
+    return [r["id"] for r in rows], [r["fencing_token"] for r in rows]
+
+
 def _tickwork_complete(sql: str) -> Complete:
     async def complete(conn: asyncpg.Connection, rows: Rows) -> object:
-        ids, tokens = [r["id"] for r in rows], [r["fencing_token"] for r in rows]
-        return await conn.execute(sql, ids, tokens, None, None, None)
+        return await conn.execute(sql, *_leases(rows), None, None, None)
 
     return complete
 
@@ -191,8 +197,7 @@ def _narrow(live: str, finished: str) -> tuple[Claim, Complete]:
         return list(await conn.fetch(claim_sql, QUEUE, BATCH, f"floor-{n}", 300.0))
 
     async def complete(conn: asyncpg.Connection, rows: Rows) -> object:
-        ids, tokens = [r["id"] for r in rows], [r["fencing_token"] for r in rows]
-        return await conn.execute(complete_sql, ids, tokens)
+        return await conn.execute(complete_sql, *_leases(rows))
 
     return claim, complete
 
@@ -341,13 +346,13 @@ async def floor_case(context: Context) -> list[Table]:
         return []
     if context.smoke:
         return [await measure(context.database_url, 1, 2, ready=1_000, finished=1_000)]
-    return [await measure(context.database_url, 3, 400)]
+    return [await measure(context.database_url, ROUNDS, BATCHES)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.floor")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of every variant")
-    parser.add_argument("--batches", type=int, default=400, help="batches of 100 a round")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of every variant")
+    parser.add_argument("--batches", type=int, default=BATCHES, help="batches of 100 a round")
     parser.add_argument(
         "--jobs", type=int, default=JOBS, help="jobs the ready runs belong to (the marks per batch)"
     )
