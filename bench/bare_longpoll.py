@@ -6,7 +6,8 @@ The least a long-polling queue can do on the same machinery: uvicorn with httpto
 and ``GET /poll`` answered with the payload of the next notification. No framework, no
 authentication, no claim: what is left of a wake-up once everything tickwork adds is
 taken out, on the same PostgreSQL server, so its p99 is the floor tickwork's is set
-against.
+against. ``GET /ping`` is answered at once: an HTTP round trip with no work in it, the
+hop a wake-up through an HTTP enqueue takes on top of the bare path.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 class BareLongPoll:
     """A raw ASGI app: notifications of ``CHANNEL`` queue up; each ``GET /poll``
-    takes the oldest, waiting up to ``WAIT_SECONDS`` for one (204 when none came)."""
+    takes the oldest, waiting up to ``WAIT_SECONDS`` for one (204 when none came);
+    ``GET /ping`` answers 200 at once."""
 
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
@@ -46,6 +48,9 @@ class BareLongPoll:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["path"] == "/ping":
+            await _answer(send, 200, b"pong")
+            return
         status, body = 204, b""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WAIT_SECONDS
@@ -57,14 +62,7 @@ class BareLongPoll:
                 break
         if self.pending:
             status, body = 200, self.pending.popleft().encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, status, body)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -78,6 +76,17 @@ class BareLongPoll:
                     await self.conn.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _answer(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def main(argv: list[str]) -> int:

@@ -134,9 +134,10 @@ async def enqueue(url: str, seconds: float, connections: int = 2) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
-async def commit_latency(url: str, samples: int = 200) -> list[float]:
+async def commit_latency(url: str, samples: int = 200, pause: float = 0.0) -> list[float]:
     """Seconds per one-row INSERT committed on its own: the floor of any wake-up (an
-    enqueue and a claim each wait for one WAL flush)."""
+    enqueue and a claim each wait for one WAL flush); with ``pause``, each sent after
+    that many seconds of quiet, as from an idle client."""
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(SETUP)
@@ -147,6 +148,8 @@ async def commit_latency(url: str, samples: int = 200) -> list[float]:
                 "INSERT INTO ceiling.q (priority, ready_at, state) VALUES (1, now(), 0)"
             )
             times.append(time.perf_counter() - started)
+            if pause:
+                await asyncio.sleep(pause)
         return times
     finally:
         await conn.close()

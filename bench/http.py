@@ -509,7 +509,8 @@ async def wakeup(url: str, samples: int = WAKEUPS) -> list[wakeups.Part]:
                     call.append(enqueued - sent)
                     woken.append(claimed - enqueued)
                     handed.append(handler - claimed)
-                await asyncio.sleep(0.02)  # idle again: the worker is back in its long-poll
+                # Idle again: the worker is back in its long-poll.
+                await asyncio.sleep(wakeups.IDLE_SECONDS)
     finally:
         worker.stop(force=True)
         with contextlib.suppress(Exception):
@@ -729,8 +730,12 @@ def _wakeup_figures(context: Context, url: str, shard_map: ShardMap) -> Table:
     # checkpoint would otherwise land in the middle of the samples, stalling commits.
     asyncio.run(_checkpoint(context.database_url))
     commits = asyncio.run(ceiling.commit_latency(context.database_url, samples))
+    idle_commits = asyncio.run(
+        ceiling.commit_latency(context.database_url, samples, pause=wakeups.IDLE_SECONDS)
+    )
     with wakeups.bare_server(context.database_url) as bare_url:
         bare = asyncio.run(wakeups.bare_wakeups(context.database_url, bare_url, samples))
+        hop = asyncio.run(wakeups.idle_round_trips(bare_url, samples))
     parts = asyncio.run(wakeup(url, samples))
     reference = asyncio.run(lease_calls(url, samples))
     waits, bare_waits = parts[0].seconds, bare[0].seconds
@@ -743,10 +748,23 @@ def _wakeup_figures(context: Context, url: str, shard_map: ShardMap) -> Table:
     )
     figures["commit_p50_ms"] = round(percentile(commits, 0.5) * 1000, 2)
     figures["commit_p99_ms"] = round(percentile(commits, 0.99) * 1000, 2)
+    # The least this path's shape takes here: the bare path, plus the enqueue's HTTP
+    # hop and the claim's commit, each from idle (medians: they add up, p99s do not).
+    shape = sum(percentile(s, 0.5) for s in (bare_waits, hop.seconds, idle_commits))
+    figures["idle_http_p50_ms"] = round(percentile(hop.seconds, 0.5) * 1000, 2)
+    figures["wakeup_shape_p50_ms"] = round(shape * 1000, 2)
+    figures["wakeup_p50_vs_shape"] = round(percentile(waits, 0.5) / max(shape, 1e-6), 2)
     return Table(
         "(e) idle wake-up: enqueue call -> handler start, through the long-poll, in parts",
         wakeups.part_rows(
-            [*parts, reference, *bare, wakeups.Part("baseline: one-row INSERT + COMMIT", commits)]
+            [
+                *parts,
+                reference,
+                *bare,
+                wakeups.Part("baseline: one-row INSERT + COMMIT", commits),
+                hop,
+                wakeups.Part("reference: a one-row INSERT + COMMIT from idle", idle_commits),
+            ]
         ),
         notes=[
             "a wake-up waits for at least two WAL flushes: the enqueue's, the claim's; "
@@ -754,6 +772,9 @@ def _wakeup_figures(context: Context, url: str, shard_map: ShardMap) -> Table:
             "the claim's start is the dispatcher's clock (lease expiry less its length); "
             "the other times are the bench's, on the same machine",
             "measured after a CHECKPOINT: the earlier loads' writes are flushed before the samples",
+            f"from idle: after {wakeups.IDLE_SECONDS * 1000:.0f} ms of quiet, as each wake-up; "
+            "the bare path plus those two references is the least a wake-up through an HTTP "
+            "enqueue and a claim takes here",
         ],
     )
 

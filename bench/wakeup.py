@@ -11,6 +11,12 @@ The baseline is the same path with everything tickwork adds taken out
 connection in a uvicorn process, a long-poll answered with the notification, and a
 client loop in this process. Its p99 is measured in the same run, on the same server,
 just before tickwork's.
+
+Two references say what the path's shape costs on this machine, whatever runs it: an
+HTTP round trip from idle to the bare server with no work in it (``GET /ping``: the hop
+an enqueue through HTTP adds to the bare path) and a one-row commit from idle (the
+claim's own commit, which the bare path has none of). Their sum with the bare path is
+the least a wake-up through an HTTP enqueue and a claim can take here.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ WITH made AS (INSERT INTO bare_wakeup (payload) VALUES ($1) RETURNING payload)
 SELECT pg_notify($2, payload) FROM made
 """
 WARM_UP: Final = 10  # samples that warm connections and plans, not counted
+# Between two samples: long enough for every process on the path to go idle, as a
+# worker waiting for work is.
+IDLE_SECONDS: Final = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +123,7 @@ async def bare_wakeups(database_url: str, url: str, samples: int) -> list[Part]:
                         whole.append(got - sent)
                         statement.append(committed - sent)
                         rest.append(got - committed)
-                    await asyncio.sleep(0.02)  # idle again: the loop is back in its poll
+                    await asyncio.sleep(IDLE_SECONDS)  # idle again: the loop is back in its poll
             finally:
                 poller.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -126,3 +135,19 @@ async def bare_wakeups(database_url: str, url: str, samples: int) -> list[Part]:
         Part("  enqueue statement (INSERT + NOTIFY, commit)", statement),
         Part("  commit -> client loop has the answer (NOTIFY, long-poll answer)", rest),
     ]
+
+
+async def idle_round_trips(url: str, samples: int) -> Part:
+    """Seconds of an HTTP round trip to the bare server (``GET /ping``, no work), each
+    sent after ``IDLE_SECONDS`` of quiet: what one more hop through HTTP costs a
+    wake-up on this machine, before any code of tickwork's runs."""
+    times: list[float] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        for n in range(samples + WARM_UP):
+            sent = time.perf_counter()
+            async with session.get(f"{url}/ping") as answer:
+                await answer.read()
+            if n >= WARM_UP:
+                times.append(time.perf_counter() - sent)
+            await asyncio.sleep(IDLE_SECONDS)
+    return Part("reference: an HTTP round trip from idle, no work (bare server)", times)
