@@ -76,7 +76,7 @@ class ReadySignal:
     """Listens on every shard's database and wakes the waiters of the notified queues.
 
     A listening connection that breaks (PostgreSQL restarting, the link reset) or stops
-    answering its keep-alive probe (a hung link) is replaced after a full-jitter
+    answering its LISTEN or its keep-alive probe (a hung link) is replaced after a full-jitter
     backoff (``reconnect_delay`` doubling to ``max_reconnect_delay``); the waiters are
     woken each time it is back, since notifications sent meanwhile are lost.
     Long-polls look at the database every few seconds anyway, so an outage of the
@@ -170,11 +170,16 @@ class ReadySignal:
                 conn = await database.connect(self.shard_map[group[0]])
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(
-                    CHANNEL,
-                    lambda _c, _pid, _channel, payload: self._on_notification(
-                        schemas, group, payload
+                # LISTEN is a round trip too: a link that hangs right after connecting
+                # must not hold up start-up or keep this shard group deaf for good.
+                await asyncio.wait_for(
+                    conn.add_listener(
+                        CHANNEL,
+                        lambda _c, _pid, _channel, payload: self._on_notification(
+                            schemas, group, payload
+                        ),
                     ),
+                    self.probe_timeout,
                 )
                 self.connected.update(group)
                 ready.set()
