@@ -58,13 +58,12 @@ async def test_a_link_that_hangs_before_its_listen_holds_up_neither_start_nor_wa
 ) -> None:
     # The first link of the first shard connects, then hangs before LISTEN is answered.
     connect = database.connect
-    hung: list[TcpProxy] = []
 
     async def connect_then_hang(shard: Shard, *args: Any, **kwargs: Any) -> asyncpg.Connection:
         conn = await connect(shard, *args, **kwargs)
-        if shard.number == 0 and not hung:
-            hung.append(proxies[0])
+        if shard.number == 0:
             proxies[0].hang()
+            monkeypatch.setattr(database, "connect", connect)  # only this first link
         return conn
 
     monkeypatch.setattr(database, "connect", connect_then_hang)

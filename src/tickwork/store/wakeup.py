@@ -76,9 +76,9 @@ class ReadySignal:
     """Listens on every shard's database and wakes the waiters of the notified queues.
 
     A listening connection that breaks (PostgreSQL restarting, the link reset) or stops
-    answering its LISTEN or its keep-alive probe (a hung link) is replaced after a full-jitter
-    backoff (``reconnect_delay`` doubling to ``max_reconnect_delay``); the waiters are
-    woken each time it is back, since notifications sent meanwhile are lost.
+    answering its LISTEN or its keep-alive probe (a hung link) is replaced after a
+    full-jitter backoff (``reconnect_delay`` doubling to ``max_reconnect_delay``); the
+    waiters are woken each time it is back, since notifications sent meanwhile are lost.
     Long-polls look at the database every few seconds anyway, so an outage of the
     listener delays them at most that long.
     """
